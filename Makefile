@@ -1,0 +1,41 @@
+# Every target installs what it needs on a fresh machine: .venv, CPU torch, the package.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+# torch first, pinned: on this CPU machine it is a local CPU build (no multi-GB CUDA wheels)
+TORCH_SPEC ?= torch==2.13.0
+
+.PHONY: install test test-slow train bench lint format clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -m slow
+
+train: $(STAMP)
+	$(PY) scripts/drive.py
+
+bench: $(STAMP)
+	$(PY) scripts/bench_env.py
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src scripts tests
+	$(VENV)/bin/ruff format --check src scripts tests
+
+format: $(STAMP)
+	$(VENV)/bin/ruff format src scripts tests
+	$(VENV)/bin/ruff check --fix src scripts tests
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,97 @@
+"""Drive maps with the scripted pure-pursuit driver and print race times.
+
+    python scripts/drive.py                      # every built-in map
+    python scripts/drive.py --maps starter procedural:7 my_track.csv --speed-share 0.9
+    python scripts/drive.py --maps starter --frames 120x160 --save-frames outputs/frames
+
+Race times are printed with their ratio to each map's reference time (the simulated car's
+physical limit on a minimum-curvature line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from trackmind.sim.driver import PurePursuitDriver, drive_races
+from trackmind.sim.game import SimGame
+from trackmind.sim.mapio import load_map
+from trackmind.sim.maps import builtin_names
+from trackmind.sim.reference import reference_time_ms
+from trackmind.sim.track import MapError
+
+
+def parse_frames(text: str | None) -> tuple[int, int] | None:
+    if text is None or text == "none":
+        return None
+    try:
+        h, w = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise SystemExit(f"error: --frames must look like 120x160, got {text!r}") from None
+    return h, w
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--maps", nargs="+", default=builtin_names(), help="map names or files")
+    ap.add_argument("--speed-share", type=float, default=0.8, help="share of the limit speed")
+    ap.add_argument("--frames", default=None, help="render frames of this size, e.g. 120x160")
+    ap.add_argument("--save-frames", default=None, help="folder for a PNG strip per map")
+    args = ap.parse_args(argv)
+    if not 0.1 <= args.speed_share <= 2.0:
+        print(f"error: --speed-share must be in [0.1, 2], got {args.speed_share}", file=sys.stderr)
+        return 2
+    try:
+        tracks = [load_map(m) for m in args.maps]
+    except MapError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    frames = parse_frames(args.frames or ("120x160" if args.save_frames else None))
+    game = SimGame(len(tracks), maps=tracks, frame_shape=frames)
+    driver = PurePursuitDriver(tracks, speed_share=args.speed_share)
+    t0 = time.perf_counter()
+    results = drive_races(game, driver)
+    wall = time.perf_counter() - t0
+    print(f"{'map':<16}{'length m':>10}{'finished':>10}{'time s':>10}{'ref s':>10}{'ratio':>8}")
+    for track, res in zip(tracks, results):
+        ref = reference_time_ms(track)
+        print(
+            f"{track.name:<16}{track.length_m:>10.0f}{str(res['finished']):>10}"
+            f"{res['race_time_ms'] / 1000:>10.2f}{ref / 1000:>10.2f}"
+            f"{res['race_time_ms'] / ref:>8.3f}"
+        )
+    race_s = sum(r["race_time_ms"] for r in results) / 1000
+    print(f"simulated {race_s:.0f} s of racing in {wall:.1f} s of wall time")
+    if args.save_frames:
+        save_strips(tracks, frames, Path(args.save_frames))
+    return 0
+
+
+def save_strips(tracks, frames, folder: Path) -> None:
+    """One PNG per map: frames every second of a scripted race."""
+    from PIL import Image
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for track in tracks:
+        game = SimGame(1, maps=[track], frame_shape=frames)
+        driver = PurePursuitDriver([track])
+        obs = game.reset()
+        shots = []
+        for k in range(400):
+            obs = game.step(driver.act(obs.car))
+            if k % 20 == 0:
+                shots.append(obs.frames[0, 0])
+            if obs.car.finished[0] or len(shots) == 8:
+                break
+        strip = np.concatenate(shots, axis=1)
+        path = folder / f"{track.name.replace(':', '_')}.png"
+        Image.fromarray(strip).save(path)
+        print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""A scripted driver: pure pursuit on the reference line at a share of its limit speed.
+
+It drives only through the 12 keyboard actions and the GameInstance car state, like an
+agent would, so it checks that every map can be finished with those actions, gives a
+baseline race time, and drives `make train` before learning exists.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trackmind.game.contract import CarState
+from trackmind.sim.reference import ReferenceLap, reference_lap
+from trackmind.sim.track import Track
+from trackmind.sim.vehicle import VehicleParams
+
+# action index for (accelerate, brake, steer) with steer -1 right, 0 none, +1 left
+_ACTION = {
+    (1, 0, 0): 0,
+    (1, 0, 1): 1,
+    (1, 0, -1): 2,
+    (0, 0, 0): 3,
+    (0, 0, 1): 4,
+    (0, 0, -1): 5,
+    (0, 1, 0): 6,
+    (0, 1, 1): 7,
+    (0, 1, -1): 8,
+}
+
+
+class PurePursuitDriver:
+    """Follows each car's reference line; one instance drives a batch of cars.
+
+    Args:
+        speed_share: target speed as a share of the reference speed profile.
+        lookahead_s: lookahead time (s); the lookahead distance grows with speed.
+    """
+
+    def __init__(
+        self,
+        tracks: list[Track],
+        vehicle: VehicleParams | None = None,
+        speed_share: float = 0.8,
+        lookahead_s: float = 0.35,
+        action_ms: int = 50,
+    ) -> None:
+        self.vehicle = vehicle or VehicleParams()
+        self.laps: list[ReferenceLap] = [reference_lap(t, self.vehicle) for t in tracks]
+        self.tracks = tracks
+        self.speed_share = speed_share
+        self.lookahead_s = lookahead_s
+        self.dt = action_ms / 1000.0
+        self.steer = np.zeros(len(tracks))  # the driver's replica of the rate-limited steering
+
+    def reset(self, car: int | None = None) -> None:
+        if car is None:
+            self.steer[:] = 0.0
+        else:
+            self.steer[car] = 0.0
+
+    def act(self, car: CarState) -> np.ndarray:
+        p = self.vehicle
+        actions = np.zeros(len(self.tracks), dtype=np.int64)
+        for i, (track, lap) in enumerate(zip(self.tracks, self.laps)):
+            s_now = track.start_s + car.progress_m[i]
+            v = float(car.velocity[i, 0])
+            look = max(6.0, abs(v) * self.lookahead_s)
+            target = np.array(
+                [np.interp(s_now + look, lap.s, lap.line[:, k]) for k in range(2)]
+            )
+            rel = target - car.position[i, :2]
+            yaw = car.yaw[i]
+            fwd = rel[0] * np.cos(yaw) + rel[1] * np.sin(yaw)
+            left = -rel[0] * np.sin(yaw) + rel[1] * np.cos(yaw)
+            dist2 = max(fwd * fwd + left * left, 1e-6)
+            want = np.arctan(2.0 * p.wheelbase * left / dist2)  # pure-pursuit steering angle
+            lock = p.steer_max / (1.0 + abs(v) / p.steer_speed_ref)
+            step = p.steer_rate * self.dt
+            options = {k: self.steer[i] + np.clip(k * lock - self.steer[i], -step, step)
+                       for k in (-1, 0, 1)}
+            key = min(options, key=lambda k: abs(options[k] - want))
+            self.steer[i] = options[key]
+            # speed: brake for the profile a little ahead, accelerate below it
+            v_target = self.speed_share * np.interp(s_now + 0.5 * look, lap.s, lap.speed)
+            v_target = max(v_target, 8.0)
+            if v < v_target:
+                throttle = (1, 0)
+            elif v > v_target + 3.0:
+                throttle = (0, 1)
+            else:
+                throttle = (0, 0)
+            actions[i] = _ACTION[(*throttle, key)]
+        return actions
+
+
+def drive_races(
+    game, driver: PurePursuitDriver, max_race_ms: int = 300_000
+) -> list[dict]:
+    """Run one race per car with the driver; returns per-car race time and finish flag."""
+    obs = game.reset()
+    driver.reset()
+    done = np.zeros(game.n_cars, dtype=bool)
+    results: list[dict] = [{} for _ in range(game.n_cars)]
+    steps = max_race_ms // game.action_ms
+    for _ in range(steps):
+        obs = game.step(driver.act(obs.car))
+        for i in np.nonzero(obs.car.finished & ~done)[0]:
+            done[i] = True
+            results[i] = {"finished": True, "race_time_ms": int(obs.car.race_time_ms[i])}
+        if done.all():
+            break
+    for i in np.nonzero(~done)[0]:
+        results[i] = {"finished": False, "race_time_ms": int(obs.car.race_time_ms[i])}
+    return results

@@ -1,0 +1,235 @@
+"""Built-in maps and the seeded procedural generator.
+
+Maps are written as recipes of straights and constant-radius arcs (the way Trackmania blocks
+combine), turned into a race line and handed to `Track.build`, which validates them like any
+user map.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trackmind.sim.track import MapError, Track, _check_no_overlap
+
+# A recipe item is ("S", length_m) or ("L"/"R", radius_m, angle_deg).
+Recipe = list[tuple]
+
+
+def line_from_recipe(recipe: Recipe, step_m: float = 2.0, heading_deg: float = 0.0) -> np.ndarray:
+    """Polyline (N, 2) of a recipe, starting at the origin with the given heading."""
+    pos = np.zeros(2)
+    heading = np.deg2rad(heading_deg)
+    out = [pos.copy()]
+    for item in recipe:
+        kind = item[0]
+        if kind == "S":
+            n = max(1, int(np.ceil(item[1] / step_m)))
+            d = np.array([np.cos(heading), np.sin(heading)])
+            for i in range(1, n + 1):
+                out.append(pos + d * item[1] * i / n)
+            pos = out[-1].copy()
+        elif kind in ("L", "R"):
+            radius, angle = float(item[1]), np.deg2rad(float(item[2]))
+            sign = 1.0 if kind == "L" else -1.0
+            center = pos + radius * np.array([-np.sin(heading), np.cos(heading)]) * sign
+            n = max(2, int(np.ceil(radius * angle / step_m)))
+            start = heading - sign * np.pi / 2
+            for i in range(1, n + 1):
+                a = start + sign * angle * i / n
+                out.append(center + radius * np.array([np.cos(a), np.sin(a)]))
+            heading += sign * angle
+            pos = out[-1].copy()
+        else:
+            raise MapError(f"recipe: unknown item {item!r} (use S, L or R)")
+    return np.asarray(out)
+
+
+# name -> (description, recipe, half-width left, half-width right, checkpoints)
+_BUILTIN: dict[str, tuple[str, Recipe, float, float, int]] = {
+    "starter": (
+        "short smoke-test map: a straight, two 90 degree turns (about 400 m)",
+        [("S", 80), ("R", 45, 90), ("S", 70), ("L", 40, 90), ("S", 110)],
+        9.0,
+        9.0,
+        1,
+    ),
+    "hairpins": (
+        "zig-zag of 180 degree hairpins joined by short straights (hard braking, slow turns)",
+        [("S", 70)]
+        + [("L", 18, 180), ("S", 90), ("R", 18, 180), ("S", 90)] * 2
+        + [("L", 18, 180), ("S", 80)],
+        8.0,
+        8.0,
+        3,
+    ),
+    "chicanes": (
+        "S-chicanes: quick left-right direction changes at medium speed",
+        [("S", 90)]
+        + [("L", 35, 50), ("R", 35, 100), ("L", 35, 50), ("S", 80)] * 5
+        + [("S", 40)],
+        8.0,
+        8.0,
+        3,
+    ),
+    "flow": (
+        "fast flowing map: long sweepers of large radius, near top speed (about 2.6 km)",
+        [
+            ("S", 150),
+            ("L", 220, 60),
+            ("R", 260, 80),
+            ("S", 120),
+            ("L", 180, 70),
+            ("R", 300, 50),
+            ("L", 240, 50),
+            ("S", 200),
+            ("R", 200, 60),
+            ("S", 150),
+        ],
+        11.0,
+        11.0,
+        4,
+    ),
+    "speedway": (
+        "city blocks: long straights and 90 degree corners of medium radius (braking points)",
+        [
+            ("S", 220),
+            ("L", 30, 90),
+            ("S", 160),
+            ("R", 35, 90),
+            ("S", 200),
+            ("R", 30, 90),
+            ("S", 120),
+            ("L", 45, 90),
+            ("S", 180),
+        ],
+        10.0,
+        10.0,
+        3,
+    ),
+    "technical": (
+        "long technical map (> 3 km): hairpins, chicanes, sweepers and braking zones mixed",
+        [
+            ("S", 120),
+            ("R", 60, 90),
+            ("S", 80),
+            ("L", 25, 120),
+            ("R", 30, 60),
+            ("S", 150),
+            ("L", 120, 45),
+            ("R", 20, 180),
+            ("S", 160),
+            ("L", 40, 90),
+            ("R", 40, 90),
+            ("S", 100),
+            ("L", 80, 60),
+            ("S", 200),
+            ("R", 25, 150),
+            ("L", 60, 60),
+            ("S", 120),
+            ("L", 200, 40),
+            ("R", 35, 80),
+            ("L", 35, 80),
+            ("S", 180),
+            ("R", 150, 90),
+            ("S", 130),
+            ("L", 22, 170),
+            ("S", 150),
+            ("R", 45, 100),
+            ("L", 30, 100),
+            ("S", 160),
+            ("R", 70, 60),
+            ("S", 90),
+            ("L", 50, 90),
+            ("S", 140),
+        ],
+        8.0,
+        8.0,
+        8,
+    ),
+}
+
+DEFAULT_MAP = "starter"
+
+
+def builtin_names() -> list[str]:
+    return list(_BUILTIN)
+
+
+def describe_builtin(name: str) -> str:
+    return _BUILTIN[name][0]
+
+
+def builtin_map(name: str) -> Track:
+    if name not in _BUILTIN:
+        raise MapError(
+            f"unknown map name {name!r}: built-in maps are {', '.join(_BUILTIN)}; "
+            "or use 'procedural:<seed>' or a path to a .npz/.csv/.npy file"
+        )
+    _, recipe, wl, wr, cps = _BUILTIN[name]
+    return Track.build(name, line_from_recipe(recipe), wl, wr, checkpoints=cps, source=name)
+
+
+def procedural_map(seed: int, length_m: float = 1500.0) -> Track:
+    """A random valid map for any seed: straights and arcs drawn until `length_m` is reached.
+
+    Each piece is checked against the road laid so far and redrawn when it would touch it;
+    after too many failures the generator backtracks one piece. Same seed, same map.
+    """
+    if seed < 0:
+        raise MapError(f"procedural map seed must be >= 0, got {seed}")
+    rng = np.random.default_rng(seed)
+    width = float(rng.uniform(7.0, 11.0))
+    pieces: list[tuple] = [("S", float(rng.uniform(60, 120)))]
+    total = pieces[0][1]
+    fails = 0
+    while total < length_m:
+        cand = _random_piece(rng, width)
+        trial = pieces + [cand]
+        if _recipe_ok(trial, width):
+            pieces = trial
+            total += _piece_length(cand)
+            fails = 0
+        else:
+            fails += 1
+            if fails > 25 and len(pieces) > 1:
+                total -= _piece_length(pieces.pop())
+                fails = 0
+    pieces.append(("S", 60.0))
+    if not _recipe_ok(pieces, width):  # the closing straight can touch: shorten it
+        pieces[-1] = ("S", 30.0)
+    name = f"procedural:{seed}"
+    line = line_from_recipe(pieces)
+    n_cp = max(1, int(total // 300))
+    return Track.build(name, line, width, width, checkpoints=n_cp, source=name)
+
+
+def _random_piece(rng: np.random.Generator, width: float) -> tuple:
+    if rng.random() < 0.35:
+        return ("S", float(rng.uniform(30, 180)))
+    radius = float(rng.choice([1.0, 1.6, 2.5, 5.0, 10.0, 20.0]) * (width + 8.0) * rng.uniform(1, 1.5))
+    max_angle = 180.0 if radius < 40 else 90.0
+    angle = float(rng.uniform(30.0, max_angle))
+    return ("L" if rng.random() < 0.5 else "R", radius, angle)
+
+
+def _piece_length(p: tuple) -> float:
+    return p[1] if p[0] == "S" else p[1] * np.deg2rad(p[2])
+
+
+def _recipe_ok(recipe: Recipe, width: float) -> bool:
+    from trackmind.sim.track import RUN_OFF_M, RUN_UP_M, _resample
+
+    line = line_from_recipe(recipe)
+    # include run-up and run-off straights, as Track.build will
+    t0 = line[1] - line[0]
+    t0 /= np.linalg.norm(t0)
+    t1 = line[-1] - line[-2]
+    t1 /= np.linalg.norm(t1)
+    line = np.vstack([line[0] - RUN_UP_M * t0, line, line[-1] + RUN_OFF_M * t1])
+    w = np.full(len(line), width)
+    pts, s, wl, _ = _resample(line, w, w, 2.0)
+    try:
+        _check_no_overlap(pts, s, wl, "procedural")
+    except MapError:
+        return False
+    return True

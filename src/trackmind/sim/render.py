@@ -1,0 +1,241 @@
+"""Grayscale perspective frames from a chase camera, ray-cast column by column.
+
+Each map is rasterised once into a top-down texture (road shade, lines, start/finish,
+checkpoints; 0 outside the walls). A frame casts the ground ray of every pixel below the
+horizon into that texture; where a ray crosses a road edge, a wall of `wall_height` is drawn
+at that distance, so walls stand up and occlude what lies behind them. A camera higher than
+the walls sees the coming curve over them. Same state, same frame: no randomness.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numba as nb
+import numpy as np
+
+from trackmind.sim.track import Track
+
+CELL_M = 0.5  # texture resolution
+SKY, GRASS, WALL_SHADE, FOG = 215, 45, 150, 175
+
+
+@dataclass(frozen=True)
+class CameraParams:
+    """Chase camera behind the car (metres, degrees)."""
+
+    height: float = 3.0
+    behind: float = 6.0
+    pitch_deg: float = 12.0
+    hfov_deg: float = 90.0
+    wall_height: float = 1.2
+    view_distance: float = 250.0
+
+    def __post_init__(self) -> None:
+        if not (0 < self.hfov_deg < 170):
+            raise ValueError(f"camera.hfov_deg must be in (0, 170), got {self.hfov_deg}")
+        if self.height <= 0 or self.view_distance <= 0:
+            raise ValueError("camera.height and camera.view_distance must be > 0")
+
+
+@dataclass(frozen=True)
+class CameraTables:
+    """Per-row / per-pixel constants of the pinhole camera for one frame size."""
+
+    horizon_row: int  # rows <= horizon_row are sky
+    forward: np.ndarray  # (H,) ground distance ahead of the camera of each row
+    lateral: np.ndarray  # (H, W) ground offset to the left of each pixel
+    wall_top: np.ndarray  # (H,) row of the top of a wall whose foot is on this row
+    fog: np.ndarray  # (H,) 0..1 blend towards the fog shade
+
+
+def camera_tables(height: int, width: int, cam: CameraParams) -> CameraTables:
+    """Precompute the ground-plane geometry of every pixel (camera pitched down, no roll)."""
+    if height < 8 or width < 8:
+        raise ValueError(f"frame size must be at least 8x8, got {height}x{width}")
+    th = np.deg2rad(cam.pitch_deg)
+    f = (width / 2.0) / np.tan(np.deg2rad(cam.hfov_deg) / 2.0)
+    cy, cx = (height - 1) / 2.0, (width - 1) / 2.0
+    yc = (np.arange(height) - cy) / f
+    xc = (np.arange(width) - cx) / f
+    denom = np.sin(th) + yc * np.cos(th)
+    below = denom > 1e-6
+    t = np.where(below, cam.height / np.where(below, denom, 1.0), np.inf)
+    fwd = t * (np.cos(th) - yc * np.sin(th))
+    visible = below & (fwd < cam.view_distance)
+    horizon = int(np.max(np.nonzero(~visible)[0])) if np.any(~visible) else -1
+    fwd = np.where(visible, fwd, cam.view_distance)
+    t = np.where(visible, t, 0.0)
+    lat = -t[:, None] * xc[None, :]
+    dz = cam.wall_height - cam.height
+    zc = fwd * np.cos(th) - dz * np.sin(th)
+    ydown = -fwd * np.sin(th) - dz * np.cos(th)
+    top = np.floor(cy + f * ydown / np.maximum(zc, 1e-6)).astype(np.int64)
+    fog = np.clip((fwd - 0.3 * cam.view_distance) / (0.7 * cam.view_distance), 0.0, 1.0)
+    return CameraTables(
+        horizon_row=horizon,
+        forward=(fwd - cam.behind).astype(np.float64),  # relative to the car's centre
+        lateral=lat.astype(np.float64),
+        wall_top=np.minimum(top, np.arange(height) - 1),
+        fog=fog.astype(np.float64),
+    )
+
+
+@dataclass(frozen=True)
+class Texture:
+    """Top-down shade texture of one map (uint8, 0 = outside the walls)."""
+
+    data: np.ndarray  # (ny, nx) uint8
+    x0: float
+    y0: float
+    cell: float
+
+
+def build_texture(track: Track, cell: float = CELL_M) -> Texture:
+    """Rasterise the road: each cell takes the nearest line segment's (s, d) and is shaded."""
+    margin = float(max(track.width_left.max(), track.width_right.max())) + 4.0
+    lo = track.points.min(axis=0) - margin
+    hi = track.points.max(axis=0) + margin
+    nx = int(np.ceil((hi[0] - lo[0]) / cell)) + 1
+    ny = int(np.ceil((hi[1] - lo[1]) / cell)) + 1
+    data = _rasterise(
+        track.points,
+        track.s,
+        track.width_left,
+        track.width_right,
+        float(lo[0]),
+        float(lo[1]),
+        cell,
+        nx,
+        ny,
+        track.start_s,
+        track.finish_s,
+        np.asarray(track.checkpoints_s, dtype=np.float64),
+    )
+    return Texture(data=data, x0=float(lo[0]), y0=float(lo[1]), cell=cell)
+
+
+@nb.njit(cache=True)
+def _rasterise(pts, ss, wl, wr, x0, y0, cell, nx, ny, start_s, finish_s, cps):
+    best = np.full((ny, nx), 1e30)
+    cell_s = np.zeros((ny, nx))
+    cell_d = np.zeros((ny, nx))
+    cell_wl = np.zeros((ny, nx))
+    cell_wr = np.zeros((ny, nx))
+    n = pts.shape[0]
+    for j in range(n - 1):
+        ax, ay = pts[j, 0], pts[j, 1]
+        ex, ey = pts[j + 1, 0] - ax, pts[j + 1, 1] - ay
+        ll = ex * ex + ey * ey
+        ln = np.sqrt(ll)
+        r = max(wl[j], wr[j], wl[j + 1], wr[j + 1]) + 3.0
+        i0 = max(0, int((min(ax, ax + ex) - r - x0) / cell))
+        i1 = min(nx - 1, int((max(ax, ax + ex) + r - x0) / cell) + 1)
+        k0 = max(0, int((min(ay, ay + ey) - r - y0) / cell))
+        k1 = min(ny - 1, int((max(ay, ay + ey) + r - y0) / cell) + 1)
+        for k in range(k0, k1 + 1):
+            py = y0 + k * cell
+            for i in range(i0, i1 + 1):
+                px = x0 + i * cell
+                t = ((px - ax) * ex + (py - ay) * ey) / ll
+                tc = min(1.0, max(0.0, t))
+                qx, qy = ax + tc * ex - px, ay + tc * ey - py
+                dd = qx * qx + qy * qy
+                if dd < best[k, i]:
+                    best[k, i] = dd
+                    # outside the ends of the line the cell lies behind an end wall
+                    if (j == 0 and t < 0.0) or (j == n - 2 and t > 1.0):
+                        cell_s[k, i] = -1.0
+                    else:
+                        cell_s[k, i] = ss[j] + tc * ln
+                    cell_d[k, i] = ((px - ax) * (-ey) + (py - ay) * ex) / ln
+                    cell_wl[k, i] = wl[j] + tc * (wl[j + 1] - wl[j])
+                    cell_wr[k, i] = wr[j] + tc * (wr[j + 1] - wr[j])
+    out = np.zeros((ny, nx), dtype=np.uint8)
+    for k in range(ny):
+        for i in range(nx):
+            s, d = cell_s[k, i], cell_d[k, i]
+            if best[k, i] > 1e29 or s < 0.0 or d > cell_wl[k, i] or d < -cell_wr[k, i]:
+                continue
+            edge = min(cell_wl[k, i] - d, cell_wr[k, i] + d)
+            shade = 92 if int(s // 5.0) % 2 == 0 else 108  # bands every 5 m show speed
+            if edge < 0.6:
+                shade = 225
+            elif abs(d) < 0.25 and (s % 8.0) < 4.0:
+                shade = 180
+            if abs(s - start_s) < 1.0:
+                shade = 240
+            if abs(s - finish_s) < 1.5:
+                shade = 250 if (int((d + 100.0) // 1.5) + int(s // 1.0)) % 2 == 0 else 20
+            for c in range(cps.shape[0]):
+                if abs(s - cps[c]) < 0.75:
+                    shade = 200
+            out[k, i] = shade
+    return out
+
+
+@nb.njit(cache=True)
+def render_kernel(
+    state_x,
+    state_y,
+    state_yaw,
+    car_tex,
+    tex_flat,
+    tex_off,
+    tex_nx,
+    tex_ny,
+    tex_x0,
+    tex_y0,
+    cell,
+    forward,
+    lateral,
+    wall_top,
+    fog,
+    horizon_row,
+    out,
+):
+    """Render frames (B, 1, H, W) uint8 for all cars into `out`."""
+    n_cars = out.shape[0]
+    h, w = out.shape[2], out.shape[3]
+    inv = 1.0 / cell
+    for b in range(n_cars):
+        m = car_tex[b]
+        off, nx, ny = tex_off[m], tex_nx[m], tex_ny[m]
+        x0, y0 = tex_x0[m], tex_y0[m]
+        c, s = np.cos(state_yaw[b]), np.sin(state_yaw[b])
+        px, py = state_x[b], state_y[b]
+        frame = out[b, 0]
+        for col in range(w):
+            draw = h - 1
+            prev_inside = True
+            first = True
+            for row in range(h - 1, horizon_row, -1):
+                if row > draw:
+                    continue
+                fw = forward[row]
+                lt = lateral[row, col]
+                gx = px + fw * c - lt * s
+                gy = py + fw * s + lt * c
+                i = int((gx - x0) * inv)
+                k = int((gy - y0) * inv)
+                val = 0
+                if i >= 0 and i < nx and k >= 0 and k < ny:
+                    val = tex_flat[off + k * nx + i]
+                inside = val > 0
+                fg = fog[row]
+                if first:
+                    prev_inside = inside
+                    first = False
+                if inside != prev_inside:
+                    top = max(wall_top[row], horizon_row + 1, 0)
+                    shade = np.uint8(WALL_SHADE * (1.0 - fg) + FOG * fg)
+                    for rr in range(top, row + 1):
+                        frame[rr, col] = shade
+                    draw = top - 1
+                    prev_inside = inside
+                    continue
+                base = val if inside else GRASS
+                frame[row, col] = np.uint8(base * (1.0 - fg) + FOG * fg)
+                draw = row - 1
+            for rr in range(0, draw + 1):
+                frame[rr, col] = SKY
