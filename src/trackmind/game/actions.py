@@ -38,6 +38,7 @@ ACTION_NAMES = [
 ]
 N_ACTIONS = len(ACTIONS)
 
+
 def validate_actions(actions, n_cars: int) -> np.ndarray:
     """Actions as an int64 array of shape (n_cars,); a one-line error for anything else."""
     a = np.asarray(actions)

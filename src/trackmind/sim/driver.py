@@ -65,9 +65,7 @@ class PurePursuitDriver:
             s_now = track.start_s + car.progress_m[i]
             v = float(car.velocity[i, 0])
             look = max(6.0, abs(v) * self.lookahead_s)
-            target = np.array(
-                [np.interp(s_now + look, lap.s, lap.line[:, k]) for k in range(2)]
-            )
+            target = np.array([np.interp(s_now + look, lap.s, lap.line[:, k]) for k in range(2)])
             rel = target - car.position[i, :2]
             yaw = car.yaw[i]
             fwd = rel[0] * np.cos(yaw) + rel[1] * np.sin(yaw)
@@ -76,8 +74,10 @@ class PurePursuitDriver:
             want = np.arctan(2.0 * p.wheelbase * left / dist2)  # pure-pursuit steering angle
             lock = p.steer_max / (1.0 + abs(v) / p.steer_speed_ref)
             step = p.steer_rate * self.dt
-            options = {k: self.steer[i] + np.clip(k * lock - self.steer[i], -step, step)
-                       for k in (-1, 0, 1)}
+            options = {
+                k: self.steer[i] + np.clip(k * lock - self.steer[i], -step, step)
+                for k in (-1, 0, 1)
+            }
             key = min(options, key=lambda k: abs(options[k] - want))
             self.steer[i] = options[key]
             # speed: brake for the profile a little ahead, accelerate below it
@@ -93,9 +93,7 @@ class PurePursuitDriver:
         return actions
 
 
-def drive_races(
-    game, driver: PurePursuitDriver, max_race_ms: int = 300_000
-) -> list[dict]:
+def drive_races(game, driver: PurePursuitDriver, max_race_ms: int = 300_000) -> list[dict]:
     """Run one race per car with the driver; returns per-car race time and finish flag."""
     obs = game.reset()
     driver.reset()

@@ -15,7 +15,14 @@ from trackmind.game.actions import ACTIONS, validate_actions
 from trackmind.game.contract import CarState, GameObservation
 from trackmind.sim import physics as ph
 from trackmind.sim.mapio import load_map
-from trackmind.sim.render import CameraParams, Texture, build_texture, camera_tables, render_kernel
+from trackmind.sim.render import (
+    CameraParams,
+    Texture,
+    build_texture,
+    camera_tables,
+    render_kernel,
+    shade_tables,
+)
 from trackmind.sim.track import Track
 from trackmind.sim.vehicle import VehicleParams
 
@@ -116,6 +123,7 @@ class SimGame:
         if self.render:
             h, w = self.frame_shape
             self._cam = camera_tables(h, w, self.camera)
+            self._ground_lut, self._wall_lut = shade_tables(self._cam)
             self._frames = np.zeros((self.n_cars, 1, h, w), dtype=np.uint8)
         else:
             self._frames = np.zeros((self.n_cars, 1, 0, 0), dtype=np.uint8)
@@ -264,7 +272,11 @@ class SimGame:
     def _render(self, cars) -> None:
         pool, cam, st = self._pool, self._cam, self.state
         idx = np.arange(self.n_cars) if cars is None else np.asarray(cars, dtype=np.int64)
-        out = self._frames if cars is None else np.empty((len(idx), *self._frames.shape[1:]), np.uint8)
+        out = (
+            self._frames
+            if cars is None
+            else np.empty((len(idx), *self._frames.shape[1:]), np.uint8)
+        )
         render_kernel(
             st[idx, ph.X],
             st[idx, ph.Y],
@@ -280,7 +292,8 @@ class SimGame:
             cam.forward,
             cam.lateral,
             cam.wall_top,
-            cam.fog,
+            self._ground_lut,
+            self._wall_lut,
             cam.horizon_row,
             out,
         )

@@ -113,9 +113,7 @@ def import_csv(path: str | Path, name: str | None = None) -> Track:
         rows = rows[1:]
     if rows.ndim != 2 or rows.shape[1] != 4:
         raise MapError(f"{path}: expected 4 columns x,y,width_right,width_left, got {rows.shape}")
-    return Track.build(
-        name or path.stem, rows[:, :2], rows[:, 3], rows[:, 2], source=str(path)
-    )
+    return Track.build(name or path.stem, rows[:, :2], rows[:, 3], rows[:, 2], source=str(path))
 
 
 def import_npy(path: str | Path, width_m: float = 8.0, name: str | None = None) -> Track:

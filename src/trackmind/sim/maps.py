@@ -64,9 +64,7 @@ _BUILTIN: dict[str, tuple[str, Recipe, float, float, int]] = {
     ),
     "chicanes": (
         "S-chicanes: quick left-right direction changes at medium speed",
-        [("S", 90)]
-        + [("L", 35, 50), ("R", 35, 100), ("L", 35, 50), ("S", 80)] * 5
-        + [("S", 40)],
+        [("S", 90)] + [("L", 35, 50), ("R", 35, 100), ("L", 35, 50), ("S", 80)] * 5 + [("S", 40)],
         8.0,
         8.0,
         3,
@@ -206,7 +204,9 @@ def procedural_map(seed: int, length_m: float = 1500.0) -> Track:
 def _random_piece(rng: np.random.Generator, width: float) -> tuple:
     if rng.random() < 0.35:
         return ("S", float(rng.uniform(30, 180)))
-    radius = float(rng.choice([1.0, 1.6, 2.5, 5.0, 10.0, 20.0]) * (width + 8.0) * rng.uniform(1, 1.5))
+    radius = float(
+        rng.choice([1.0, 1.6, 2.5, 5.0, 10.0, 20.0]) * (width + 8.0) * rng.uniform(1, 1.5)
+    )
     max_angle = 180.0 if radius < 40 else 90.0
     angle = float(rng.uniform(30.0, max_angle))
     return ("L" if rng.random() < 0.5 else "R", radius, angle)

@@ -163,10 +163,12 @@ def step_kernel(
         wl = line_wl[off : off + n]
         wr = line_wr[off : off + n]
         s_end = ss[n - 1]
+        state[i, WALL] = 0.0
         for _ in range(n_ticks):
             x, y, yaw = state[i, X], state[i, Y], state[i, YAW]
             vx, vy, r = state[i, VX], state[i, VY], state[i, R]
             steer = state[i, STEER]
+            s_prev = state[i, S]
             speed = np.sqrt(vx * vx + vy * vy)
             # steering: rate-limited towards a speed-dependent full lock
             lock = p[P_STEER] / (1.0 + abs(vx) / p[P_STEER_REF])
@@ -294,9 +296,12 @@ def step_kernel(
             state[i, VX], state[i, VY], state[i, R] = vx_n, vy_n, r_n
             state[i, STEER] = steer
             state[i, SEG], state[i, S], state[i, D] = seg, s, d
-            state[i, WALL] = wall
+            if wall == 1.0:
+                state[i, WALL] = 1.0  # contact at any tick of this action step
             state[i, SLIDE_F] = 1.0 if abs(np.tanh(p[P_B] * alpha_f)) > 0.9 and lam > 0 else 0.0
-            state[i, SLIDE_R] = 1.0 if abs(np.tanh(p[P_B] * p[P_RSTIFF] * alpha_r)) > 0.9 and lam > 0 else 0.0
+            state[i, SLIDE_R] = (
+                1.0 if abs(np.tanh(p[P_B] * p[P_RSTIFF] * alpha_r)) > 0.9 and lam > 0 else 0.0
+            )
             # gearbox (automatic) and rpm
             g = int(state[i, GEAR])
             av = abs(vx_n)
@@ -317,7 +322,8 @@ def step_kernel(
             if state[i, FINISHED] == 0.0:
                 state[i, TIME_MS] += tick_ms
                 k = int(state[i, NEXT_CP])
-                while k < cp_n[m] and s >= cps[cp_off[m] + k]:
+                # a checkpoint counts when the car drives across it (not when placed past it)
+                while k < cp_n[m] and s_prev < cps[cp_off[m] + k] <= s:
                     k += 1
                 state[i, NEXT_CP] = k
                 if k == cp_n[m] and s >= map_finish[m]:

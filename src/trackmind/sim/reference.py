@@ -138,9 +138,7 @@ def compute_reference(track: Track, vehicle: VehicleParams | None = None) -> Ref
     n = int(np.ceil(track.length_m / REFERENCE_STEP_M)) + 1
     s = np.linspace(track.start_s, track.finish_s, n)
     center = track.point_at(s)
-    normals = np.stack(
-        [np.interp(s, track.s, track.normals[:, k]) for k in range(2)], axis=1
-    )
+    normals = np.stack([np.interp(s, track.s, track.normals[:, k]) for k in range(2)], axis=1)
     normals /= np.linalg.norm(normals, axis=1, keepdims=True)
     wl = np.interp(s, track.s, track.width_left)
     wr = np.interp(s, track.s, track.width_right)

@@ -174,6 +174,16 @@ def _rasterise(pts, ss, wl, wr, x0, y0, cell, nx, ny, start_s, finish_s, cps):
     return out
 
 
+def shade_tables(cam_tables: CameraTables) -> tuple[np.ndarray, np.ndarray]:
+    """Per-row lookup tables with the distance fog applied: ground (H, 256) and wall (H,)."""
+    fog = cam_tables.fog[:, None]
+    vals = np.arange(256, dtype=np.float64)[None, :]
+    vals = np.where(vals == 0, GRASS, vals)  # texture 0 = outside the walls
+    ground = np.rint(vals * (1.0 - fog) + FOG * fog).astype(np.uint8)
+    wall = np.rint(WALL_SHADE * (1.0 - cam_tables.fog) + FOG * cam_tables.fog).astype(np.uint8)
+    return ground, wall
+
+
 @nb.njit(cache=True)
 def render_kernel(
     state_x,
@@ -190,14 +200,22 @@ def render_kernel(
     forward,
     lateral,
     wall_top,
-    fog,
+    ground_lut,
+    wall_lut,
     horizon_row,
     out,
 ):
-    """Render frames (B, 1, H, W) uint8 for all cars into `out`."""
+    """Render frames (B, 1, H, W) uint8 for all cars into `out`.
+
+    Rows are swept from the bottom (near) to the horizon (far); per column the kernel keeps
+    the highest row still to draw (walls occlude rows above them) and whether the previous
+    ground sample was on the road: a change road <-> outside is a wall foot.
+    """
     n_cars = out.shape[0]
     h, w = out.shape[2], out.shape[3]
     inv = 1.0 / cell
+    draw = np.empty(w, dtype=np.int64)
+    prev = np.empty(w, dtype=np.bool_)
     for b in range(n_cars):
         m = car_tex[b]
         off, nx, ny = tex_off[m], tex_nx[m], tex_ny[m]
@@ -205,37 +223,40 @@ def render_kernel(
         c, s = np.cos(state_yaw[b]), np.sin(state_yaw[b])
         px, py = state_x[b], state_y[b]
         frame = out[b, 0]
+        draw[:] = h - 1
+        first = True
+        for row in range(h - 1, horizon_row, -1):
+            fw = forward[row]
+            lt0 = lateral[row, 0]
+            dlt = lateral[row, 1] - lt0
+            gx = (px + fw * c - lt0 * s - x0) * inv
+            gy = (py + fw * s + lt0 * c - y0) * inv
+            dgx = -dlt * s * inv
+            dgy = dlt * c * inv
+            lut = ground_lut[row]
+            for col in range(w):
+                if row <= draw[col]:
+                    i = int(gx)
+                    k = int(gy)
+                    val = 0
+                    if i >= 0 and i < nx and k >= 0 and k < ny:
+                        val = tex_flat[off + k * nx + i]
+                    inside = val > 0
+                    if first:
+                        prev[col] = inside
+                    if inside != prev[col]:
+                        top = max(wall_top[row], horizon_row + 1, 0)
+                        shade = wall_lut[row]
+                        for rr in range(top, row + 1):
+                            frame[rr, col] = shade
+                        draw[col] = top - 1
+                        prev[col] = inside
+                    else:
+                        frame[row, col] = lut[val]
+                        draw[col] = row - 1
+                gx += dgx
+                gy += dgy
+            first = False
         for col in range(w):
-            draw = h - 1
-            prev_inside = True
-            first = True
-            for row in range(h - 1, horizon_row, -1):
-                if row > draw:
-                    continue
-                fw = forward[row]
-                lt = lateral[row, col]
-                gx = px + fw * c - lt * s
-                gy = py + fw * s + lt * c
-                i = int((gx - x0) * inv)
-                k = int((gy - y0) * inv)
-                val = 0
-                if i >= 0 and i < nx and k >= 0 and k < ny:
-                    val = tex_flat[off + k * nx + i]
-                inside = val > 0
-                fg = fog[row]
-                if first:
-                    prev_inside = inside
-                    first = False
-                if inside != prev_inside:
-                    top = max(wall_top[row], horizon_row + 1, 0)
-                    shade = np.uint8(WALL_SHADE * (1.0 - fg) + FOG * fg)
-                    for rr in range(top, row + 1):
-                        frame[rr, col] = shade
-                    draw = top - 1
-                    prev_inside = inside
-                    continue
-                base = val if inside else GRASS
-                frame[row, col] = np.uint8(base * (1.0 - fg) + FOG * fg)
-                draw = row - 1
-            for rr in range(0, draw + 1):
+            for rr in range(0, draw[col] + 1):
                 frame[rr, col] = SKY

@@ -1,0 +1,96 @@
+"""Simulator throughput: car-steps/s (physics + frame + car state) per core.
+
+    python scripts/bench_env.py                 # full table, CarRacing-v3 beside it if present
+    python scripts/bench_env.py --quick         # fewer repeats
+
+One car-step = one 50 ms action (5 physics ticks), the frame rendered and the car state
+built, as the environment layer consumes it. The compiled kernels run on one thread, so the
+figures are per core. gymnasium's CarRacing-v3 (box2d, `pip install -e .[bench]`) runs in
+the same process for a side-by-side ratio. Each figure is the median of several repeats.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+os.environ.setdefault("NUMBA_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+
+from trackmind.sim.game import SimGame  # noqa: E402
+from trackmind.sim.maps import builtin_names  # noqa: E402
+
+
+def bench_sim(batch: int, shape, steps: int, repeats: int, seed: int = 0) -> float:
+    names = builtin_names()
+    game = SimGame(batch, maps=[names[i % len(names)] for i in range(batch)], frame_shape=shape)
+    rng = np.random.default_rng(seed)
+    acts = rng.integers(0, 12, size=(steps, batch))
+    acts[:, :] = np.where(rng.random((steps, batch)) < 0.6, 0, acts)  # mostly accelerate
+    game.step(acts[0])  # compile / warm up
+    rates = []
+    for _ in range(repeats):
+        game.reset()
+        t0 = time.perf_counter()
+        for k in range(steps):
+            game.step(acts[k])
+        rates.append(batch * steps / (time.perf_counter() - t0))
+    return statistics.median(rates)
+
+
+def bench_car_racing(steps: int, repeats: int) -> float | None:
+    try:
+        import gymnasium as gym
+
+        env = gym.make("CarRacing-v3", continuous=False)
+    except Exception as e:  # box2d missing: the optional extra is not installed
+        print(f"CarRacing-v3 unavailable ({type(e).__name__}: {e}); install .[bench]")
+        return None
+    rng = np.random.default_rng(0)
+    rates = []
+    env.reset(seed=0)
+    for _ in range(repeats):
+        env.reset(seed=0)
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            _, _, term, trunc, _ = env.step(int(rng.integers(0, 5)))
+            if term or trunc:
+                env.reset()
+        rates.append(steps / (time.perf_counter() - t0))
+    env.close()
+    return statistics.median(rates)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 16, 64, 256])
+    args = ap.parse_args()
+    repeats = 3 if args.quick else 5
+    shapes = [(120, 160), (48, 64)]
+    table: dict = {}
+    for shape in shapes:
+        for b in args.batches:
+            steps = max(20, 4000 // b)
+            table[(shape, b)] = bench_sim(b, shape, steps, repeats)
+    no_frame = bench_sim(64, None, 200, repeats)
+    cr = bench_car_racing(300 if args.quick else 600, repeats)
+    print(f"\ncar-steps/s per core (median of {repeats} repeats)")
+    print("| frame | " + " | ".join(f"batch {b}" for b in args.batches) + " |")
+    print("|---|" + "---|" * len(args.batches))
+    for shape in shapes:
+        cells = " | ".join(f"{table[(shape, b)]:,.0f}" for b in args.batches)
+        print(f"| {shape[0]}x{shape[1]} | {cells} |")
+    print(f"| no frame | batch 64: {no_frame:,.0f} |")
+    if cr is not None:
+        ref = table.get(((120, 160), 64))
+        print(f"\nCarRacing-v3 (96x96 RGB, box2d): {cr:,.0f} steps/s")
+        if ref:
+            print(f"trackmind 120x160 batch 64 / CarRacing-v3 = {ref / cr:.1f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""Reference time: velocity profile and minimum-curvature line, checked by hand."""
+
+import math
+
+import numpy as np
+import pytest
+
+from trackmind.sim.driver import PurePursuitDriver, drive_races
+from trackmind.sim.game import SimGame
+from trackmind.sim.maps import builtin_map, builtin_names, line_from_recipe
+from trackmind.sim.reference import (
+    compute_reference,
+    min_curvature_offsets,
+    profile_time,
+    reference_lap,
+    reference_time_ms,
+    velocity_profile,
+)
+from trackmind.sim.track import Track, curvature
+
+
+def test_profile_on_a_straight_is_constant_acceleration():
+    kappa, ds = np.zeros(11), np.ones(10)
+    v = velocity_profile(kappa, ds, 4.0, lambda v: 2.0, lambda v: 4.0)
+    np.testing.assert_allclose(v, 2.0 * np.sqrt(np.arange(11)))  # v^2 = 2 a s
+    assert profile_time(v, ds) == pytest.approx(math.sqrt(10.0))  # s = a t^2 / 2
+
+
+def test_profile_brakes_for_a_curve_within_the_friction_circle():
+    kappa, ds = np.zeros(11), np.ones(10)
+    kappa[10] = 1.0  # cap sqrt(a_lat / kappa) = 2 m/s at the last point
+    v = velocity_profile(kappa, ds, 4.0, lambda v: 2.0, lambda v: 4.0)
+    expected = 2.0 * np.sqrt(np.arange(11))
+    expected[10] = 2.0
+    expected[9] = 2.0  # at the limit laterally on point 10: no braking budget left there
+    expected[8] = math.sqrt(4.0 + 2 * 4.0 * 2.0 / 2)  # sqrt(2^2 + 2 * 4 * 1) = sqrt(12)
+    expected[7] = math.sqrt(12.0 + 8.0)
+    np.testing.assert_allclose(v, expected)
+    assert expected[6] < math.sqrt(28.0)  # point 6 keeps its forward-pass speed
+
+
+def test_profile_respects_lateral_limit_and_top_speed():
+    kappa = np.full(50, 0.01)
+    v = velocity_profile(kappa, np.ones(49), 30.0, lambda v: 10.0, lambda v: 10.0, 0.0, 40.0)
+    assert v.max() <= math.sqrt(30.0 / 0.01) + 1e-9
+    v = velocity_profile(np.zeros(500), np.ones(499), 30.0, lambda v: 10.0, lambda v: 10.0, 0, 40)
+    assert v.max() == pytest.approx(40.0)
+
+
+def test_min_curvature_on_a_straight_stays_centred():
+    c = np.stack([np.arange(30.0), np.zeros(30)], axis=1)
+    n = np.tile([0.0, 1.0], (30, 1))
+    a = min_curvature_offsets(c, n, np.full(30, -5.0), np.full(30, 5.0))
+    np.testing.assert_allclose(a, 0.0, atol=1e-6)
+
+
+def test_min_curvature_cuts_the_corner():
+    t = Track.build("corner", line_from_recipe([("S", 80), ("L", 30, 90), ("S", 80)]), 10, 10)
+    lap = compute_reference(t)
+    k_center = np.abs(curvature(t.point_at(lap.s))).max()
+    k_line = np.abs(curvature(lap.line)).max()
+    assert k_line < 0.8 * k_center  # a wider radius than the centre line
+    normals = np.stack([np.interp(lap.s, t.s, t.normals[:, k]) for k in range(2)], axis=1)
+    offs = np.einsum("ij,ij->i", lap.line - t.point_at(lap.s), normals)
+    apex = np.argmin(np.abs(lap.s - (t.start_s + 80 + 7.5 * np.pi)))
+    assert offs[apex] > 3.0  # apex on the inside (left) of the turn
+    assert offs[: apex - 20].min() < -3.0 and offs[apex + 20 :].min() < -3.0  # wide in, wide out
+    assert np.all(np.abs(offs) <= 10.0 - 1.0 + 1e-6)  # walls minus the car's half-width
+    assert offs[0] == pytest.approx(0.0, abs=1e-6)  # starts at the start line's centre
+
+
+def test_reference_is_cached_and_given_times_win(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRACKMIND_CACHE_DIR", str(tmp_path))
+    t = builtin_map("starter")
+    a = reference_lap(t)
+    assert len(list(tmp_path.glob("reference-*.npz"))) == 1
+    b = reference_lap(t)
+    assert a.time_ms == b.time_ms
+    real = Track.build("real", t.race_line, 9.0, 9.0, reference_time_ms=55100.0)
+    assert reference_time_ms(real) == 55100.0
+
+
+def test_scripted_driver_finishes_every_builtin_map_between_1x_and_2x_reference():
+    tracks = [builtin_map(n) for n in builtin_names()]
+    game = SimGame(len(tracks), maps=tracks, frame_shape=None)
+    results = drive_races(game, PurePursuitDriver(tracks))
+    for t, r in zip(tracks, results):
+        ref = reference_time_ms(t)
+        assert r["finished"], t.name
+        assert ref <= r["race_time_ms"] <= 2.0 * ref, (t.name, r, ref)

@@ -1,0 +1,148 @@
+"""Track building, validation, zone centers, map files."""
+
+import numpy as np
+import pytest
+
+from trackmind.sim.mapio import import_csv, import_npy, load_map, save_map
+from trackmind.sim.maps import builtin_map, builtin_names, line_from_recipe, procedural_map
+from trackmind.sim.track import RUN_UP_M, MapError, Track
+
+
+def straight(n=50, step=2.0):
+    return np.stack([np.arange(n) * step, np.zeros(n)], axis=1)
+
+
+def test_builtin_maps_have_distinct_character():
+    names = builtin_names()
+    assert len(names) >= 6
+    for required in ("starter", "hairpins", "chicanes", "flow", "technical"):
+        assert required in names
+    lengths = {n: builtin_map(n).length_m for n in names}
+    assert lengths["starter"] < 600
+    assert lengths["technical"] >= 3000
+    assert lengths["flow"] > 2000
+
+
+def test_procedural_maps_are_valid_and_seeded():
+    a, b, c = procedural_map(3), procedural_map(3), procedural_map(4)
+    np.testing.assert_array_equal(a.points, b.points)
+    assert a.points.shape != c.points.shape or not np.allclose(a.points, c.points)
+    for seed in range(20):  # Track.build rejects self-intersecting or touching lines
+        t = procedural_map(seed)
+        assert t.length_m > 1000
+
+
+def test_geometry_of_a_straight():
+    t = Track.build("s", straight(), 6.0, 5.0, checkpoints=2)
+    assert t.start_s == pytest.approx(RUN_UP_M)
+    assert t.length_m == pytest.approx(98.0)
+    np.testing.assert_allclose(t.point_at(t.start_s), [0.0, 0.0], atol=1e-9)
+    np.testing.assert_allclose(t.normals[10], [0.0, 1.0])  # left of +x is +y
+    np.testing.assert_allclose(t.checkpoints_s - t.start_s, [98 / 3, 2 * 98 / 3])
+    assert t.width_left[20] == 6.0 and t.width_right[20] == 5.0
+
+
+def test_zone_centers_every_spacing_and_extended():
+    t = Track.build("s", straight(), 6.0, 6.0)
+    zc, zs = t.zone_centers(10.0, n_before=1, n_after=40)
+    # one zone behind the start, zones every 10 m, one exactly on the finish, 40 beyond
+    assert zs[0] == pytest.approx(t.start_s - 10)
+    np.testing.assert_allclose(np.diff(zs[:11]), 10.0)
+    assert t.finish_s in zs
+    assert zs[-1] == pytest.approx(t.finish_s + 400)
+    np.testing.assert_allclose(zc[-1], [98.0 + 400.0, 0.0], atol=1e-9)  # straight extension
+    np.testing.assert_allclose(zc[0], [-10.0, 0.0], atol=1e-9)
+
+
+def test_inner_width_is_fitted_to_tight_turns():
+    line = line_from_recipe([("S", 40), ("L", 10, 90), ("S", 40)])
+    t = Track.build("tight", line, 12.0, 12.0)
+    mid = np.argmin(np.abs(t.s - (t.start_s + 40 + 10 * np.pi / 4)))
+    assert t.width_left[mid] < 10.0  # inner (left) wall stays outside the turn centre
+    assert t.width_right[mid] == 12.0
+
+
+@pytest.mark.parametrize(
+    "line, wl, msg",
+    [
+        (np.array([[0, 0], [1, np.nan], [2, 0], [3, 0]]), 5.0, "NaN or inf"),
+        (np.array([[0, 0], [np.inf, 0], [2, 0]]), 5.0, "NaN or inf"),
+        (np.array([[0, 0], [50, 0]]), 5.0, "at least 3 points"),
+        (straight(), 0.0, "width_left must be > 0"),
+        (straight(), -3.0, "width_left must be > 0"),
+        (straight()[:, :1], 5.0, "shape (N, 2)"),
+    ],
+)
+def test_bad_maps_give_one_line_errors(line, wl, msg):
+    with pytest.raises(MapError) as e:
+        Track.build("bad", line, wl, 5.0, source="bad.csv")
+    text = str(e.value)
+    assert msg in text and text.startswith("bad.csv:") and "\n" not in text
+
+
+def test_self_intersecting_line_is_rejected():
+    # a figure that crosses itself: out along x, loop back across the first straight
+    line = line_from_recipe([("S", 100), ("L", 30, 270), ("S", 120)])
+    with pytest.raises(MapError, match="crosses itself|touches itself"):
+        Track.build("x", line, 6.0, 6.0)
+
+
+def test_unknown_map_name_lists_choices():
+    with pytest.raises(MapError, match="unknown map name 'nope'.*starter"):
+        load_map("nope")
+    with pytest.raises(MapError, match="procedural seed must be an integer"):
+        load_map("procedural:abc")
+    with pytest.raises(MapError, match="map file not found"):
+        load_map("missing.csv")
+
+
+def test_csv_import(tmp_path):
+    path = tmp_path / "mine.csv"
+    rows = ["x,y,width_right,width_left"] + [f"{2.0 * i},0,4,7" for i in range(40)]
+    path.write_text("\n".join(rows))
+    t = import_csv(path)
+    assert t.name == "mine" and t.length_m == pytest.approx(78.0)
+    assert t.width_left[20] == 7.0 and t.width_right[20] == 4.0
+    assert load_map(path).fingerprint() == t.fingerprint()
+
+
+def test_csv_with_bad_values(tmp_path):
+    path = tmp_path / "bad.csv"
+    path.write_text("0,0,4,4\n1,0,4,4\n2,0,-1,4\n3,0,4,4\n")
+    with pytest.raises(MapError, match=r"bad.csv: width_right must be > 0"):
+        import_csv(path)
+    path.write_text("0,0,4\n1,0,4\n")
+    with pytest.raises(MapError, match="expected 4 columns"):
+        import_csv(path)
+
+
+def test_npy_import_uses_ground_plane(tmp_path):
+    # a Trackmania-style driven line: y is up (constant here), x and z on the ground
+    n = 60
+    xyz = np.stack([np.arange(n) * 2.0, np.full(n, 9.0), np.arange(n) * 0.5], axis=1)
+    path = tmp_path / "run.npy"
+    np.save(path, xyz)
+    t = import_npy(path, width_m=10.0)
+    assert t.length_m == pytest.approx(np.hypot(2.0, 0.5) * (n - 1), rel=1e-6)
+    assert t.width_left[30] == 10.0
+    np.save(path, xyz[:, :2])
+    with pytest.raises(MapError, match="N x 3"):
+        import_npy(path)
+
+
+def test_npz_round_trip(tmp_path):
+    t = builtin_map("chicanes")
+    path = save_map(t, tmp_path / "chicanes.npz")
+    u = load_map(path)
+    assert u.fingerprint() == t.fingerprint() and u.name == "chicanes"
+    np.testing.assert_allclose(u.checkpoints_s, t.checkpoints_s)
+
+
+def test_npz_that_is_not_a_map(tmp_path):
+    path = tmp_path / "other.npz"
+    np.savez(path, a=np.zeros(3))
+    with pytest.raises(MapError, match="not a trackmind map"):
+        load_map(path)
+    path.write_bytes(b"garbage")
+    with pytest.raises(MapError, match="not a readable .npz map"):
+        load_map(path)
