@@ -198,27 +198,26 @@ def test_invalid_action_index(bad):
 def test_race_clock_checkpoints_and_finish():
     t = builtin_map("starter")
     g = SimGame(1, maps=[t], frame_shape=None)
-    # place the car just before the finish line without the checkpoint: no finish
     j = int(np.searchsorted(t.s, t.finish_s - 3))
-    g.state[0, [ph.X, ph.Y]] = t.points[j]
-    g.state[0, ph.YAW] = t.heading_at(t.finish_s)
-    g.state[0, ph.SEG] = j
-    g.state[0, ph.S] = t.s[j]
-    g.state[0, ph.VX] = 30
-    for _ in range(4):
-        g.step([0])
-    assert not g.car_state().finished[0]
-    g.reset()
-    g.state[0, ph.NEXT_CP] = len(t.checkpoints_s)
-    g.state[0, [ph.X, ph.Y]] = t.points[j]
-    g.state[0, ph.YAW] = t.heading_at(t.finish_s)
-    g.state[0, ph.SEG] = j
-    g.state[0, ph.S] = t.s[j]
-    g.state[0, ph.VX] = 30
-    for _ in range(4):
-        g.step([0])
-    st = g.car_state()
-    assert st.finished[0] and st.race_time_ms[0] in (100, 110, 150)
+
+    def drive_across_finish(checkpoints_passed: int):
+        """Place the car 3 m before the finish at 30 m/s and drive 4 steps (200 ms)."""
+        g.reset()
+        g.state[0, ph.NEXT_CP] = checkpoints_passed
+        g.state[0, [ph.X, ph.Y]] = t.points[j]
+        g.state[0, ph.YAW] = t.heading_at(t.finish_s)
+        g.state[0, ph.SEG] = j
+        g.state[0, ph.S] = t.s[j]
+        g.state[0, ph.VX] = 30
+        for _ in range(4):
+            g.step([0])
+        return g.car_state()
+
+    # the checkpoint was not driven across: crossing the finish line does not finish
+    assert not drive_across_finish(0).finished[0]
+    st = drive_across_finish(len(t.checkpoints_s))
+    # 3 m at 30 m/s: the line is crossed on the 10th or 11th tick of 10 ms
+    assert st.finished[0] and st.race_time_ms[0] in (100, 110)
     frozen = st.race_time_ms[0]
     g.step([0])
     assert g.car_state().race_time_ms[0] == frozen
