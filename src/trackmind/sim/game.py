@@ -271,7 +271,8 @@ class SimGame:
 
     def _render(self, cars) -> None:
         pool, cam, st = self._pool, self._cam, self.state
-        idx = np.arange(self.n_cars) if cars is None else np.asarray(cars, dtype=np.int64)
+        # the whole batch renders from strided views of the state; a subset from copies
+        idx = slice(None) if cars is None else np.asarray(cars, dtype=np.int64)
         out = (
             self._frames
             if cars is None

@@ -9,7 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from trackmind.sim.track import MapError, Track, _check_no_overlap
+from trackmind.sim.track import (
+    MapError,
+    Track,
+    _check_no_overlap,
+    _resample,
+    with_run_up_and_off,
+)
 
 # A recipe item is ("S", length_m) or ("L"/"R", radius_m, angle_deg).
 Recipe = list[tuple]
@@ -171,16 +177,42 @@ def procedural_map(seed: int, length_m: float = 1500.0) -> Track:
     """A random valid map for any seed: straights and arcs drawn until `length_m` is reached.
 
     Each piece is checked against the road laid so far and redrawn when it would touch it;
-    after too many failures the generator backtracks one piece. Same seed, same map.
+    after too many failures the generator backtracks one piece. The 2 m pre-check can miss a
+    contact that the full validation finds: such a draw is discarded and the next attempt of
+    the same seed is used, so every seed gives a valid map. Same seed, same map.
     """
     if seed < 0:
         raise MapError(f"procedural map seed must be >= 0, got {seed}")
-    rng = np.random.default_rng(seed)
+    name = f"procedural:{seed}"
+    for attempt in range(100):
+        rng = np.random.default_rng([seed, attempt])
+        try:
+            width, pieces, total = _draw_recipe(rng, length_m)
+            return Track.build(
+                name,
+                line_from_recipe(pieces),
+                width,
+                width,
+                checkpoints=max(1, int(total // 300)),
+                source=name,
+            )
+        except MapError:
+            continue
+    raise MapError(f"{name}: no valid map after 100 attempts (length_m={length_m})")
+
+
+_MAX_DRAWS = 500  # candidate pieces per draw before it counts as boxed in
+
+
+def _draw_recipe(rng: np.random.Generator, length_m: float) -> tuple[float, Recipe, float]:
+    """Width, pieces and race length of one random draw (pre-checked, not yet validated)."""
     width = float(rng.uniform(7.0, 11.0))
-    pieces: list[tuple] = [("S", float(rng.uniform(60, 120)))]
+    pieces: Recipe = [("S", float(rng.uniform(60, 120)))]
     total = pieces[0][1]
     fails = 0
-    while total < length_m:
+    for _ in range(_MAX_DRAWS):
+        if total >= length_m:
+            break
         cand = _random_piece(rng, width)
         trial = pieces + [cand]
         if _recipe_ok(trial, width):
@@ -192,13 +224,12 @@ def procedural_map(seed: int, length_m: float = 1500.0) -> Track:
             if fails > 25 and len(pieces) > 1:
                 total -= _piece_length(pieces.pop())
                 fails = 0
+    else:
+        raise MapError("procedural draw did not reach its length (boxed in)")
     pieces.append(("S", 60.0))
     if not _recipe_ok(pieces, width):  # the closing straight can touch: shorten it
         pieces[-1] = ("S", 30.0)
-    name = f"procedural:{seed}"
-    line = line_from_recipe(pieces)
-    n_cp = max(1, int(total // 300))
-    return Track.build(name, line, width, width, checkpoints=n_cp, source=name)
+    return width, pieces, total
 
 
 def _random_piece(rng: np.random.Generator, width: float) -> tuple:
@@ -217,19 +248,13 @@ def _piece_length(p: tuple) -> float:
 
 
 def _recipe_ok(recipe: Recipe, width: float) -> bool:
-    from trackmind.sim.track import RUN_OFF_M, RUN_UP_M, _resample
-
-    line = line_from_recipe(recipe)
-    # include run-up and run-off straights, as Track.build will
-    t0 = line[1] - line[0]
-    t0 /= np.linalg.norm(t0)
-    t1 = line[-1] - line[-2]
-    t1 /= np.linalg.norm(t1)
-    line = np.vstack([line[0] - RUN_UP_M * t0, line, line[-1] + RUN_OFF_M * t1])
-    w = np.full(len(line), width)
-    pts, s, wl, _ = _resample(line, w, w, 2.0)
+    """Cheap overlap check of a partial recipe (2 m samples, with run-up and run-off)."""
+    w = np.full(len(line := line_from_recipe(recipe)), width)
+    pts, _, _, _ = _resample(line, w, w, 2.0)
+    pts, _, _ = with_run_up_and_off(pts, 2.0)
+    s = np.concatenate([[0.0], np.cumsum(np.linalg.norm(np.diff(pts, axis=0), axis=1))])
     try:
-        _check_no_overlap(pts, s, wl, "procedural")
+        _check_no_overlap(pts, s, np.full(len(pts), width), "procedural")
     except MapError:
         return False
     return True

@@ -10,7 +10,6 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from trackmind.game.actions import ACTIONS, N_ACTIONS, validate_actions  # noqa: F401
 from trackmind.sim.vehicle import G, VehicleParams
 
 # --- state columns -----------------------------------------------------------------------

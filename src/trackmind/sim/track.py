@@ -135,13 +135,7 @@ class Track:
             raise MapError(f"{where}: race line is {race_len:.1f} m long, at least 30 m needed")
 
         pts, s_pts, wl_pts, wr_pts = _resample(line, wl, wr, SAMPLE_SPACING_M)
-        t0 = _unit(pts[1] - pts[0])
-        t1 = _unit(pts[-1] - pts[-2])
-        n_up = int(round(RUN_UP_M / SAMPLE_SPACING_M))
-        n_off = int(round(RUN_OFF_M / SAMPLE_SPACING_M))
-        up = pts[0] - np.arange(n_up, 0, -1)[:, None] * SAMPLE_SPACING_M * t0
-        off = pts[-1] + np.arange(1, n_off + 1)[:, None] * SAMPLE_SPACING_M * t1
-        points = np.vstack([up, pts, off])
+        points, n_up, n_off = with_run_up_and_off(pts, SAMPLE_SPACING_M)
         width_l = np.concatenate([np.full(n_up, wl_pts[0]), wl_pts, np.full(n_off, wl_pts[-1])])
         width_r = np.concatenate([np.full(n_up, wr_pts[0]), wr_pts, np.full(n_off, wr_pts[-1])])
         s = np.concatenate([[0.0], np.cumsum(np.linalg.norm(np.diff(points, axis=0), axis=1))])
@@ -217,6 +211,18 @@ def _widths(w, n: int, where: str, what: str) -> np.ndarray:
             f"at point {i}"
         )
     return arr
+
+
+def with_run_up_and_off(pts: np.ndarray, spacing: float) -> tuple[np.ndarray, int, int]:
+    """Extend an evenly spaced line by the straight run-up and run-off every track has.
+
+    Returns (points, n_up, n_off): the extended line and how many points each end added.
+    """
+    n_up = int(round(RUN_UP_M / spacing))
+    n_off = int(round(RUN_OFF_M / spacing))
+    up = pts[0] - np.arange(n_up, 0, -1)[:, None] * spacing * _unit(pts[1] - pts[0])
+    off = pts[-1] + np.arange(1, n_off + 1)[:, None] * spacing * _unit(pts[-1] - pts[-2])
+    return np.vstack([up, pts, off]), n_up, n_off
 
 
 def _unit(v: np.ndarray) -> np.ndarray:
