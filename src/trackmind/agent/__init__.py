@@ -1,0 +1,1 @@
+"""IQN network, loss, exploration policies and schedules."""

@@ -1,0 +1,9 @@
+"""Environment layer: term managers for observations, rewards, terminations; gymnasium envs.
+
+Importing this package registers ``trackmind/Race-v0`` with gymnasium.
+"""
+
+import gymnasium as gym
+
+if "trackmind/Race-v0" not in gym.registry:
+    gym.register(id="trackmind/Race-v0", entry_point="trackmind.env.gym_env:RaceEnv")

@@ -1,0 +1,169 @@
+"""Build a VecRace (game + managers) from the `env` and `reward` config groups.
+
+Validation happens here, before any game or process starts: unknown keys, unknown terms and
+bad parameters raise a ConfigError naming the key (``env.termination.terms.stuck.params``).
+DEFAULT_ENV / DEFAULT_REWARD are the same settings as conf/env/sim.yaml and
+conf/reward/linesight.yaml (a test keeps them equal) for users who build environments
+without Hydra, e.g. ``gymnasium.make("trackmind/Race-v0")``.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+import trackmind.env.obs_terms  # noqa: F401  (registers the observation terms)
+import trackmind.env.reward_terms  # noqa: F401  (registers the reward terms)
+from trackmind.env.manager import as_dict
+from trackmind.env.observations import ObservationManager, build_observation_manager
+from trackmind.env.race import VecRace
+from trackmind.env.rewards import RewardManager, build_reward_manager
+from trackmind.env.terminations import TerminationManager, build_termination_manager
+from trackmind.errors import ConfigError, check_known_keys, require
+
+_FLOAT_GROUP = {
+    "mini_race_clock": {},
+    "previous_actions": {"params": {"n": 5}},
+    "wheels": {},
+    "gearbox": {},
+    "contact_material": {},
+    "car_dynamics": {},
+    "zone_centers": {"params": {"n": 40}},
+    "distance_to_finish": {"params": {"cap_m": 700.0}},
+    "freewheeling": {},
+}
+DEFAULT_ENV: dict = {
+    "backend": "sim",
+    "frame_shape": [120, 160],
+    "tick_ms": 10,
+    "ticks_per_action": 5,
+    "zone_spacing_m": 10.0,
+    "vehicle": {},
+    "camera": {},
+    "observation": {"space": "dict", "terms": {"frame": {}, "float": {"group": _FLOAT_GROUP}}},
+    "termination": {
+        "terms": {
+            "finish": {},
+            "stuck": {"params": {"window_ms": 3000, "min_distance_m": 1.0}},
+            "no_progress": {"params": {"window_ms": 2000}},
+            "timeout": {"params": {"max_race_ms": 300000}},
+        }
+    },
+}
+DEFAULT_REWARD: dict = {
+    "shaping": "collate",
+    "normalize": False,
+    "terms": {
+        "progress": {"weight": 1.0, "params": {"per_metre": 0.01}},
+        "time_penalty": {"weight": 1.0, "params": {"per_second": -1.2}},
+        "finish": {"weight": 0.0, "params": {"bonus": 1.0}},
+        "zone_distance": {"weight": 1.0, "params": {"scale": -0.1, "min_m": 2.0, "max_m": 25.0}},
+    },
+}
+ENV_KEYS = {
+    "backend",
+    "frame_shape",
+    "tick_ms",
+    "ticks_per_action",
+    "zone_spacing_m",
+    "vehicle",
+    "camera",
+    "observation",
+    "termination",
+}
+
+
+def default_env_config() -> dict:
+    return copy.deepcopy(DEFAULT_ENV)
+
+
+def default_reward_config() -> dict:
+    return copy.deepcopy(DEFAULT_REWARD)
+
+
+def frame_shape_of(env_cfg: Mapping | Any, key: str = "env") -> tuple[int, int] | None:
+    """The (H, W) frame size the config asks for; None renders no frames."""
+    cfg = as_dict(env_cfg, key)
+    fs = cfg.get("frame_shape")
+    if fs is None:
+        return None
+    ok = isinstance(fs, (list, tuple)) and len(fs) == 2
+    ok = ok and all(isinstance(v, int) and not isinstance(v, bool) and 8 <= v <= 1024 for v in fs)
+    require(ok, f"{key}.frame_shape", f"must be [H, W] with integers in 8..1024 or null, got {fs}")
+    return int(fs[0]), int(fs[1])
+
+
+def build_managers(
+    env_cfg: Mapping | Any,
+    reward_cfg: Mapping | Any,
+    env_key: str = "env",
+    reward_key: str = "reward",
+) -> tuple[ObservationManager, RewardManager, TerminationManager]:
+    """The three managers from config (validated, not yet bound to a game)."""
+    cfg = as_dict(env_cfg, env_key)
+    check_known_keys(cfg, ENV_KEYS, env_key)
+    obs = build_observation_manager(cfg.get("observation"), f"{env_key}.observation")
+    rew = build_reward_manager(reward_cfg, reward_key)
+    term = build_termination_manager(cfg.get("termination"), f"{env_key}.termination")
+    return obs, rew, term
+
+
+def float_dim_of(obs: ObservationManager, key: str = "float") -> int:
+    """Length of the float vector the network reads (the `float` group), 0 without one."""
+    try:
+        return int(obs.term(key).size)
+    except KeyError:
+        return 0
+
+
+def make_sim_game(env_cfg: Mapping | Any, n_cars: int, maps: Any, key: str = "env"):
+    """The built-in simulator as the config describes it."""
+    from trackmind.sim.game import SimGame
+    from trackmind.sim.render import CameraParams
+    from trackmind.sim.vehicle import VehicleParams
+
+    cfg = as_dict(env_cfg, key)
+    backend = cfg.get("backend", "sim")
+    require(backend == "sim", f"{key}.backend", f"make_sim_game needs 'sim', got {backend!r}")
+    for name in ("tick_ms", "ticks_per_action"):
+        v = cfg.get(name, DEFAULT_ENV[name])
+        require(isinstance(v, int) and v > 0, f"{key}.{name}", f"must be an integer > 0, got {v!r}")
+    zs = cfg.get("zone_spacing_m", 10.0)
+    require(
+        isinstance(zs, (int, float)) and zs > 0, f"{key}.zone_spacing_m", f"must be > 0, got {zs!r}"
+    )
+    try:
+        vehicle = VehicleParams.from_dict(as_dict(cfg.get("vehicle"), f"{key}.vehicle"))
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{key}.vehicle", str(e)) from None
+    try:
+        camera = CameraParams(**as_dict(cfg.get("camera"), f"{key}.camera"))
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{key}.camera", str(e)) from None
+    return SimGame(
+        n_cars,
+        maps,
+        frame_shape=frame_shape_of(cfg, key),
+        vehicle=vehicle,
+        camera=camera,
+        tick_ms=cfg.get("tick_ms", 10),
+        ticks_per_action=cfg.get("ticks_per_action", 5),
+        zone_spacing_m=float(zs),
+    )
+
+
+def make_race(
+    env_cfg: Mapping | Any | None = None,
+    reward_cfg: Mapping | Any | None = None,
+    n_cars: int = 1,
+    maps: Any = "starter",
+    game: Any = None,
+) -> VecRace:
+    """A VecRace over `game` (default: a SimGame built from env_cfg) with the managers."""
+    env_cfg = default_env_config() if env_cfg is None else env_cfg
+    reward_cfg = default_reward_config() if reward_cfg is None else reward_cfg
+    obs, rew, term = build_managers(env_cfg, reward_cfg)
+    if game is None:
+        game = make_sim_game(env_cfg, n_cars, maps)
+    return VecRace(game, obs, rew, term)

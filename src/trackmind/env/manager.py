@@ -1,0 +1,124 @@
+"""Manager / ManagerTerm base classes and the term registry (seed 003's term managers).
+
+A manager holds terms built from config; every term receives the environment after
+construction (``bind``) and reads what it needs from it (car states, position buffers,
+zone centers). Terms are registered by name so that a YAML entry such as
+
+    progress: {weight: 1.0, params: {per_metre: 0.01}}
+
+builds ``ProgressReward(per_metre=0.01)``. Unknown names and bad parameters raise a
+ConfigError naming the config key, before anything runs.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from trackmind.errors import ConfigError, check_known_keys
+
+_REGISTRY: dict[str, dict[str, type]] = {"observation": {}, "reward": {}, "termination": {}}
+
+
+def register_term(kind: str, name: str):
+    """Class decorator: make a term buildable from config as `name` in managers of `kind`."""
+
+    def deco(cls: type) -> type:
+        _REGISTRY[kind][name] = cls
+        cls.term_name = name
+        return cls
+
+    return deco
+
+
+def registered_terms(kind: str) -> list[str]:
+    return sorted(_REGISTRY[kind])
+
+
+class ManagerTerm:
+    """One piece of an observation, reward or termination; bound to its environment."""
+
+    term_name = "term"
+
+    def __init__(self) -> None:
+        self.env: Any = None
+        self.name = self.term_name
+
+    def bind(self, env: Any) -> None:
+        """Called once the environment exists (terms are built before it)."""
+        self.env = env
+
+    def reset(self, cars: np.ndarray) -> None:
+        """Forget per-car memory of the given cars (new race). Stateless terms ignore it."""
+
+
+class Manager:
+    """Holds terms and hands each the environment."""
+
+    def __init__(self, terms: list[ManagerTerm]) -> None:
+        names = [t.name for t in terms]
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate term names: {names}")
+        self.terms = terms
+        self.env: Any = None
+
+    def bind(self, env: Any) -> None:
+        self.env = env
+        for t in self.terms:
+            t.bind(env)
+
+    def reset(self, cars: np.ndarray) -> None:
+        for t in self.terms:
+            t.reset(cars)
+
+    def term(self, name: str) -> ManagerTerm:
+        for t in self.terms:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+
+def build_term(kind: str, name: str, spec: Mapping | None, key: str, extra: set[str] = frozenset()):
+    """Build one registered term from its config entry; returns (term, entry).
+
+    `spec` holds `type` (registry name, default: the entry name), `params` (constructor
+    keyword arguments) and any manager-level fields listed in `extra` (weight, clip...).
+    """
+    spec = dict(spec or {})
+    check_known_keys(spec, {"type", "params", *extra}, key)
+    type_name = spec.get("type") or name
+    cls = _REGISTRY[kind].get(type_name)
+    if cls is None:
+        known = ", ".join(registered_terms(kind))
+        raise ConfigError(key, f"unknown {kind} term {type_name!r} (known: {known})")
+    params = dict(spec.get("params") or {})
+    sig = inspect.signature(cls.__init__)
+    accepted = {p for p in sig.parameters if p != "self"}
+    check_known_keys(params, accepted, f"{key}.params")
+    try:
+        term = cls(**params)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{key}.params", str(e)) from None
+    term.name = name
+    return term, spec
+
+
+def as_dict(cfg: Any, key: str) -> dict:
+    """A plain dict from a mapping config node (OmegaConf or dict); None -> {}."""
+    if cfg is None:
+        return {}
+    try:
+        from omegaconf import DictConfig, OmegaConf
+
+        if isinstance(cfg, DictConfig):
+            cfg = OmegaConf.to_container(cfg, resolve=True)
+    except ImportError:  # pragma: no cover - omegaconf is a dependency
+        pass
+    if not isinstance(cfg, Mapping):
+        raise ConfigError(key, f"expected a mapping, got {type(cfg).__name__}")
+    return dict(cfg)

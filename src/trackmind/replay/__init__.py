@@ -1,0 +1,1 @@
+"""Experience, the n-step rule, mini-race collate and torchrl replay buffers."""

@@ -1,0 +1,354 @@
+"""Environment layer: spaces, reward terms by hand, termination timing, gymnasium, bad config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import yaml
+from gymnasium.utils.env_checker import check_env
+
+import trackmind.env  # noqa: F401  (registers trackmind/Race-v0)
+from trackmind.env.build import (
+    DEFAULT_ENV,
+    DEFAULT_REWARD,
+    build_managers,
+    default_env_config,
+    default_reward_config,
+    float_dim_of,
+    make_race,
+)
+from trackmind.env.gym_env import RaceEnv, RaceVectorEnv
+from trackmind.env.reward_terms import zone_distance_potential
+from trackmind.env.rewards import RewardNormalizer, build_reward_manager
+from trackmind.env.spaces import SpaceTransformer
+from trackmind.errors import ConfigError
+from trackmind.sim.driver import PurePursuitDriver
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+NOTHING, ACCEL = 3, 0
+SMALL = {**DEFAULT_ENV, "frame_shape": [24, 32]}
+
+
+def _race(n_cars=2, env=None, reward=None, maps="starter"):
+    return make_race(env or dict(SMALL), reward, n_cars=n_cars, maps=maps)
+
+
+# --- spaces ---------------------------------------------------------------------------------
+def test_dict_box_round_trip_single_and_vectorized():
+    race = _race(n_cars=3)
+    obs, _ = race.reset()
+    for _ in range(7):
+        obs, *_ = race.step(np.array([ACCEL, 1, 2]))
+    tr = race.observation.transformer
+    box = tr.dict_to_numpy_vectorized(obs)
+    assert box.shape == (3, 24 * 32 + 184) and box.dtype == np.float32
+    back = tr.numpy_to_dict_vectorized(box)
+    for k in obs:
+        assert back[k].dtype == obs[k].dtype
+        np.testing.assert_array_equal(back[k], obs[k])
+    one = {k: v[1] for k, v in obs.items()}
+    flat = tr.dict_to_numpy(one)
+    np.testing.assert_array_equal(flat, box[1])
+    again = tr.numpy_to_dict(flat)
+    for k in one:
+        np.testing.assert_array_equal(again[k], one[k])
+    assert tr.box_space.contains(flat)
+    assert race.observation_space.contains(one)
+
+
+def test_round_trip_of_random_space_samples():
+    space = gym.spaces.Dict(
+        {
+            "img": gym.spaces.Box(0, 255, (1, 4, 5), np.uint8),
+            "v": gym.spaces.Box(-3, 3, (6,), np.float32),
+            "m": gym.spaces.Box(-1, 1, (2, 3), np.float32),
+        }
+    )
+    space.seed(0)
+    tr = SpaceTransformer(space)
+    samples = [space.sample() for _ in range(5)]
+    batch = {k: np.stack([s[k] for s in samples]) for k in space.spaces}
+    back = tr.numpy_to_dict_vectorized(tr.dict_to_numpy_vectorized(batch))
+    for k in batch:
+        np.testing.assert_array_equal(back[k], batch[k])
+    for s in samples:
+        r = tr.numpy_to_dict(tr.dict_to_numpy(s))
+        for k in s:
+            np.testing.assert_array_equal(r[k], s[k])
+    with pytest.raises(ValueError, match="shape"):
+        tr.numpy_to_dict(np.zeros(3))
+
+
+def test_box_space_config_gives_flat_observations():
+    env = default_env_config()
+    env["frame_shape"] = [24, 32]
+    env["observation"]["space"] = "box"
+    race = _race(n_cars=2, env=env)
+    obs, _ = race.reset()
+    assert obs.shape == (2, 24 * 32 + 184)
+    assert race.observation_space.contains(obs[0])
+
+
+def test_float_features_match_the_network_layout():
+    race = _race(n_cars=1)
+    obs, _ = race.reset()
+    assert float_dim_of(race.observation) == 184 == obs["float"].shape[1]
+    layout = race.observation.term("float").layout()
+    assert layout["mini_race_clock"] == slice(0, 1)
+    assert layout["previous_actions"] == slice(1, 21)
+    assert layout["zone_centers"] == slice(62, 182)
+    assert layout["freewheeling"] == slice(183, 184)
+    mean, std = race.observation.float_stats()
+    assert mean.shape == std.shape == (184,) and np.all(std > 0)
+    obs, *_ = race.step(np.array([1]))  # accel + left
+    f = obs["float"][0]
+    assert f[0] == 0.0  # the clock slot is 0 when acting
+    np.testing.assert_array_equal(f[1:5], [1, 0, 1, 0])  # last action's keys
+    np.testing.assert_array_equal(f[5:21], 0)  # no earlier actions yet
+    assert f[183] == 0.0  # accelerate pressed: not freewheeling
+    # the zone center ahead lies in front of the car, about one spacing away
+    assert 0 < f[62] <= 10.5 and abs(f[63]) < 1.0
+
+
+# --- rewards --------------------------------------------------------------------------------
+def _fake_env(prev, now, n=2):
+    def car(d):
+        return SimpleNamespace(
+            progress_m=np.asarray(d["p"], float),
+            race_time_ms=np.asarray(d["t"]),
+            finished=np.asarray(d["f"], bool),
+            wall_contact=np.asarray(d["w"], bool),
+            speed=np.asarray(d["v"], float),
+            position=np.asarray(d["pos"], float),
+        )
+
+    env = SimpleNamespace(n_cars=n, prev_car=car(prev), car=car(now))
+    env.upcoming_zone_centers = lambda k: np.array([[[10.0, 0.0]], [[0.0, 0.0]]])
+    return env
+
+
+def test_reward_terms_add_up_with_weights_and_clips():
+    cfg = {
+        "shaping": "env",
+        "terms": {
+            "progress": {"weight": 2.0, "params": {"per_metre": 0.01}},
+            "time_penalty": {"params": {"per_second": -1.2}},
+            "finish": {"weight": 0.5, "params": {"bonus": 3.0}},
+            "wall_contact": {"clip": [-0.05, None], "params": {"penalty": -0.1}},
+            "speed": {"weight": 0.1, "clip": [None, 2.0], "params": {"per_mps": 0.1}},
+            "zone_distance": {"params": {"scale": -0.1, "min_m": 2.0, "max_m": 25.0}},
+        },
+    }
+    mgr = build_reward_manager(cfg)
+    prev = {"p": [100, 50], "t": [1000, 2000], "f": [0, 0], "w": [0, 0], "v": [0, 0]}
+    prev["pos"] = [[-20.0, 0, 0], [1.0, 0, 0]]  # distances 30 (clipped 25) and 1 (clipped 2)
+    env = _fake_env(prev, prev)
+    mgr.bind(env)
+    mgr.reset(np.array([0, 1]))
+    now = {"p": [112.5, 49], "t": [1050, 2020], "f": [0, 1], "w": [1, 0], "v": [30, 10]}
+    now["pos"] = [[5.0, 0, 0], [0.0, 3.0, 0]]  # distances 5 and 3
+    env.car = _fake_env(prev, now).car
+    total, parts = mgr.compute()
+    # car 0: progress 2 * 0.01 * 12.5 = 0.25; time -1.2 * 0.05 = -0.06; no finish;
+    #   wall -0.1 clipped to -0.05; speed 0.1 * min(3.0, 2.0) = 0.2;
+    #   shaping 1 * (-0.5) - (-2.5) = 2.0  -> 2.34
+    # car 1: progress 2 * 0.01 * -1 = -0.02; time -1.2 * 0.02 = -0.024 (finish remainder);
+    #   finish 0.5 * 3 = 1.5; speed 0.1 * 1.0 = 0.1; shaping -0.3 - (-0.2) = -0.1 -> 1.456
+    np.testing.assert_allclose(parts["progress"], [0.25, -0.02])
+    np.testing.assert_allclose(parts["time_penalty"], [-0.06, -0.024])
+    np.testing.assert_allclose(parts["finish"], [0.0, 1.5])
+    np.testing.assert_allclose(parts["wall_contact"], [-0.05, 0.0])
+    np.testing.assert_allclose(parts["speed"], [0.2, 0.1])
+    np.testing.assert_allclose(parts["zone_distance"], [2.0, -0.1])
+    np.testing.assert_allclose(total, [2.34, 1.456])
+
+
+def test_collate_shaping_leaves_potentials_out_of_the_step_reward():
+    cfg = default_reward_config()  # shaping: collate
+    mgr = build_reward_manager(cfg)
+    prev = {"p": [0, 0], "t": [0, 0], "f": [0, 0], "w": [0, 0], "v": [0, 0]}
+    prev["pos"] = [[0.0, 0, 0], [0.0, 0, 0]]
+    env = _fake_env(prev, prev)
+    mgr.bind(env)
+    mgr.reset(np.array([0, 1]))
+    env.car = _fake_env(prev, {**prev, "p": [10, 0], "t": [50, 50]}).car
+    total, parts = mgr.compute()
+    assert "zone_distance" not in parts
+    np.testing.assert_allclose(total, [0.1 - 0.06, -0.06])
+    # Phi = -0.1 * clip(distance, 2, 25): distances 10 and 0
+    np.testing.assert_allclose(mgr.potentials()["zone_distance"], [-1.0, -0.2])
+    np.testing.assert_allclose(
+        zone_distance_potential(np.array([1, 7, 40]), -0.1, 2, 25), [-0.2, -0.7, -2.5]
+    )
+
+
+def test_reward_normalizer_matches_running_moments():
+    norm = RewardNormalizer(eps=0.0)
+    a, b = np.array([1.0, 2.0, 3.0]), np.array([10.0, -4.0])
+    first = norm(a)  # normalised with the initial moments (0, 1), then updated
+    np.testing.assert_allclose(first, a)
+    out = norm(b)
+    np.testing.assert_allclose(out, (b - 2.0) / np.sqrt(2.0 / 3.0))
+    allv = np.r_[a, b]
+    assert norm.mean == pytest.approx(allv.mean()) and norm.var == pytest.approx(allv.var())
+
+
+def test_time_penalty_pays_the_exact_remainder_on_the_finishing_step():
+    race = _race(n_cars=1)
+    race.reset()
+    driver = PurePursuitDriver([race.game.track(0)], speed_share=0.8)
+    total, t_prev = 0.0, 0
+    for _ in range(2000):
+        obs, rew, term, trunc, info = race.step(driver.act(race.car))
+        total += info["reward_terms"]["time_penalty"][0]
+        t_now = int(race.car.race_time_ms[0])
+        if term[0]:
+            break
+        assert not trunc[0]
+        t_prev = t_now
+    assert race.car.finished[0] and info["termination_terms"]["finish"][0]
+    assert info["reward_terms"]["time_penalty"][0] == pytest.approx(-1.2 * (t_now - t_prev) / 1000)
+    assert total == pytest.approx(-1.2 * t_now / 1000)
+
+
+# --- terminations ---------------------------------------------------------------------------
+def _first_end(race, action, max_steps=400):
+    race.reset()
+    for k in range(1, max_steps + 1):
+        _, _, term, trunc, info = race.step(np.full(race.n_cars, action))
+        if term[0] or trunc[0]:
+            fired = [n for n, v in info["termination_terms"].items() if v[0]]
+            return k, bool(term[0]), bool(trunc[0]), fired
+    return None
+
+
+def _env_with(terms):
+    env = default_env_config()
+    env["frame_shape"] = [24, 32]
+    env["termination"]["terms"] = terms
+    return env
+
+
+def test_no_progress_cuts_after_two_seconds_without_a_new_zone():
+    race = _race(env=_env_with({"no_progress": {"params": {"window_ms": 2000}}}))
+    # standing still: 2000 ms = 40 actions of 50 ms
+    assert _first_end(race, NOTHING) == (40, False, True, ["no_progress"])
+
+
+def test_stuck_terminates_when_the_car_does_not_move():
+    race = _race(env=_env_with({"stuck": {"params": {"window_ms": 3000, "min_distance_m": 1}}}))
+    assert _first_end(race, NOTHING) == (60, True, False, ["stuck"])
+    race.reset()
+    for _ in range(80):  # a moving car is never stuck
+        _, _, term, _, _ = race.step(np.full(2, ACCEL))
+        assert not term.any()
+
+
+def test_timeout_truncates_at_the_limit():
+    race = _race(env=_env_with({"timeout": {"params": {"max_race_ms": 1234}}}))
+    # race time reaches 1250 >= 1234 on action 25
+    assert _first_end(race, ACCEL) == (25, False, True, ["timeout"])
+
+
+def test_terminations_are_per_car_and_reset_per_car():
+    race = _race(n_cars=2, env=_env_with({"no_progress": {"params": {"window_ms": 2000}}}))
+    race.reset()
+    for _ in range(40):  # the accelerating car reaches a new zone after ~1.5 s
+        _, _, _, trunc, _ = race.step(np.array([NOTHING, ACCEL]))
+    assert trunc.tolist() == [True, False]
+    race.reset(cars=[0])
+    _, _, _, trunc, _ = race.step(np.array([NOTHING, ACCEL]))
+    assert not trunc[0] and race.steps.tolist() == [1, 41]
+
+
+# --- gymnasium ------------------------------------------------------------------------------
+@pytest.mark.parametrize("space", ["dict", "box"])
+def test_gymnasium_checker_passes(space):
+    env_cfg = default_env_config()
+    env_cfg["frame_shape"] = [24, 32]
+    env_cfg["observation"]["space"] = space
+    env = gym.make("trackmind/Race-v0", env=env_cfg, render_mode="rgb_array")
+    check_env(env.unwrapped, skip_render_check=False)
+    obs, _ = env.reset(seed=1)
+    obs, r, term, trunc, info = env.step(ACCEL)
+    assert env.observation_space.contains(obs) and isinstance(r, float)
+    assert env.render().shape == (24, 32, 3)
+    env.close()
+
+
+def test_vector_env_autoresets_on_the_next_step():
+    venv = RaceVectorEnv(
+        num_envs=3, maps="starter", env=_env_with({"timeout": {"params": {"max_race_ms": 100}}})
+    )
+    obs, _ = venv.reset(seed=0)
+    assert venv.observation_space.contains(obs)
+    _, _, _, trunc, _ = venv.step(np.zeros(3, int))
+    assert not trunc.any()
+    obs, rew, term, trunc, info = venv.step(np.zeros(3, int))  # 100 ms: truncated
+    assert trunc.all() and not term.any()
+    obs, rew, term, trunc, info = venv.step(np.zeros(3, int))  # reset step
+    assert not trunc.any() and np.all(rew == 0) and np.all(info["race_time_ms"] == 0)
+    assert venv.observation_space.contains(obs)
+    venv.close()
+
+
+# --- config ---------------------------------------------------------------------------------
+def test_yaml_presets_equal_the_python_defaults():
+    assert yaml.safe_load((CONF / "env" / "sim.yaml").read_text()) == DEFAULT_ENV
+    assert yaml.safe_load((CONF / "reward" / "linesight.yaml").read_text()) == DEFAULT_REWARD
+    for f in sorted((CONF / "reward").glob("*.yaml")):
+        build_reward_manager(yaml.safe_load(f.read_text()))
+
+
+@pytest.mark.parametrize(
+    "where, value, key",
+    [
+        ("reward", {"terms": {"progres": {}}}, "reward.terms.progres"),
+        (
+            "reward",
+            {"terms": {"progress": {"params": {"per_meter": 1}}}},
+            "reward.terms.progress.params.per_meter",
+        ),
+        ("reward", {"terms": {"progress": {"wieght": 1}}}, "reward.terms.progress.wieght"),
+        ("reward", {"terms": {"progress": {"weight": "big"}}}, "reward.terms.progress.weight"),
+        ("reward", {"terms": {"progress": {"clip": [1, 0]}}}, "reward.terms.progress.clip"),
+        ("reward", {"shaping": "later"}, "reward.shaping"),
+        (
+            "obs",
+            {"zone_centers": {"params": {"n": 0}}},
+            "env.observation.terms.float.group.zone_centers.params",
+        ),
+        ("obs", {"no_such_feature": {}}, "env.observation.terms.float.group.no_such_feature"),
+        ("term", {"stuck": {"params": {"window_ms": -5}}}, "env.termination.terms.stuck.params"),
+        (
+            "term",
+            {"timeout": {"params": {"outcome": "maybe"}}},
+            "env.termination.terms.timeout.params",
+        ),
+        ("env", {"frame_shpe": [1, 2]}, "env.frame_shpe"),
+    ],
+)
+def test_bad_config_names_the_key(where, value, key):
+    env, reward = default_env_config(), default_reward_config()
+    if where == "reward":
+        reward.update(value)
+    elif where == "obs":
+        env["observation"]["terms"]["float"]["group"].update(value)
+    elif where == "term":
+        env["termination"]["terms"].update(value)
+    else:
+        env.update(value)
+    with pytest.raises(ConfigError) as e:
+        build_managers(env, reward)
+    assert str(e.value).startswith(key + ":") and "\n" not in str(e.value)
+
+
+def test_bad_frame_shape_names_the_key():
+    env = default_env_config()
+    env["frame_shape"] = [0, 160]
+    with pytest.raises(ConfigError, match=r"^env.frame_shape:"):
+        RaceEnv(env=env)
