@@ -41,6 +41,30 @@ def bench_sim(batch: int, shape, steps: int, repeats: int, seed: int = 0) -> flo
     return statistics.median(rates)
 
 
+def bench_managers(batch: int, shape, steps: int, repeats: int) -> tuple[float, float]:
+    """Median time of a bare game step and of a VecRace step (managers on top), interleaved.
+
+    The managers compute the 184 float features, the frame, the reward terms and the
+    terminations; the ratio of the two medians is their overhead.
+    """
+    from trackmind.env.build import default_env_config, make_race
+
+    env = default_env_config()
+    env["frame_shape"] = list(shape)
+    race = make_race(env, n_cars=batch, maps="starter")
+    rng = np.random.default_rng(0)
+    acts = np.where(rng.random((steps, batch)) < 0.7, 0, rng.integers(0, 12, (steps, batch)))
+    bare, managed = [], []
+    for _ in range(repeats):
+        for fn, out in ((race.game.step, bare), (race.step, managed)):
+            race.reset()
+            t0 = time.perf_counter()
+            for k in range(steps):
+                fn(acts[k])
+            out.append((time.perf_counter() - t0) / steps)
+    return statistics.median(bare), statistics.median(managed)
+
+
 def bench_car_racing(steps: int, repeats: int) -> float | None:
     try:
         import gymnasium as gym
@@ -77,6 +101,7 @@ def main() -> None:
             steps = max(20, 4000 // b)
             table[(shape, b)] = bench_sim(b, shape, steps, repeats)
     no_frame = bench_sim(64, None, 200, repeats)
+    bare, managed = bench_managers(64, (120, 160), 100, repeats + 2)
     cr = bench_car_racing(300 if args.quick else 600, repeats)
     print(f"\ncar-steps/s per core (median of {repeats} repeats)")
     print("| frame | " + " | ".join(f"batch {b}" for b in args.batches) + " |")
@@ -85,6 +110,11 @@ def main() -> None:
         cells = " | ".join(f"{table[(shape, b)]:,.0f}" for b in args.batches)
         print(f"| {shape[0]}x{shape[1]} | {cells} |")
     print(f"| no frame | batch 64: {no_frame:,.0f} |")
+    print(
+        f"\nmanagers (obs + reward + termination) at 120x160 batch 64: game step "
+        f"{bare * 1e3:.2f} ms, VecRace step {managed * 1e3:.2f} ms, "
+        f"overhead {100 * (managed / bare - 1):.1f}%"
+    )
     if cr is not None:
         ref = table.get(((120, 160), 64))
         print(f"\nCarRacing-v3 (96x96 RGB, box2d): {cr:,.0f} steps/s")

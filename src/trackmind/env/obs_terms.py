@@ -191,10 +191,13 @@ class ZoneCenters(VectorlikeTerm):
     def _vector(self, raw: Any) -> np.ndarray:
         car = raw.car
         centers = self.env.upcoming_zone_centers(self.n)  # (B, n, 2) world
-        rel = np.zeros((len(centers), self.n, 3))
-        rel[:, :, :2] = centers - car.position[:, None, :2]
-        rel[:, :, 2] = -car.position[:, None, 2]
-        local = np.matmul(rel, car.rotation)  # car frame = R^T (p - pos), row-wise: rel @ R
+        dx = centers[:, :, 0] - car.position[:, None, 0]
+        dy = centers[:, :, 1] - car.position[:, None, 1]
+        dz = -car.position[:, None, 2]
+        rot = car.rotation[:, None]  # car frame = R^T (p - pos): component j = sum_k d_k R[k, j]
+        local = np.empty((len(centers), self.n, 3), np.float32)
+        for j in range(3):
+            local[:, :, j] = dx * rot[..., 0, j] + dy * rot[..., 1, j] + dz * rot[..., 2, j]
         return local.reshape(len(centers), -1)
 
     def _scale(self) -> np.ndarray:
