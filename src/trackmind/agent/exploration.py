@@ -1,0 +1,174 @@
+"""Exploration policies: pick actions for a batch of cars from their Q values.
+
+Three policies from the ``exploration/`` config group, all with parameters that follow
+the frame counter through schedules:
+- ``epsilon_greedy``: a uniform action with probability epsilon, else argmax Q;
+- ``linesight``: a uniform action with probability epsilon; otherwise, with probability
+  epsilon_boltzmann, argmax(Q + noise_scale * N(0, 1)); else argmax Q (the two
+  probabilities are independent settings: the noisy branch has overall probability
+  (1 - epsilon) * epsilon_boltzmann, Linesight's code uses epsilon_boltzmann alone);
+- ``boltzmann``: a sample from softmax(Q / temperature).
+``greedy`` (argmax Q) is used for evaluation races.
+
+``was_greedy`` is True where the chosen action equals argmax Q, whatever the draw: the
+n-step rule cuts returns at the first action the greedy policy would not have taken.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from trackmind.agent.schedules import Schedule
+from trackmind.errors import ConfigError, check_known_keys, require
+
+PREFIX = "exploration"
+POLICIES = ("greedy", "epsilon_greedy", "linesight", "boltzmann")
+
+
+@dataclass(frozen=True)
+class PolicyParams:
+    """The exploration settings at one moment (the schedules read at one frame count)."""
+
+    policy: str = "greedy"
+    epsilon: float = 0.0
+    epsilon_boltzmann: float = 0.0
+    noise_scale: float = 0.01
+    temperature: float = 1.0
+
+
+def _as_numpy(q) -> np.ndarray:
+    if hasattr(q, "detach"):  # a torch tensor
+        q = q.detach().cpu().numpy()
+    q = np.asarray(q, dtype=np.float64)
+    if q.ndim != 2:
+        raise ValueError(f"Q values must have shape (batch, n_actions), got {q.shape}")
+    return q
+
+
+def softmax_probabilities(q: np.ndarray, temperature: float) -> np.ndarray:
+    """softmax(Q / temperature) per row, computed stably."""
+    if not temperature > 0:
+        raise ValueError(f"temperature must be positive, got {temperature}")
+    z = (q - q.max(axis=1, keepdims=True)) / temperature
+    e = np.exp(z)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def _sample_rows(p: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """One index per row of the probability matrix p (inverse CDF)."""
+    cdf = np.cumsum(p, axis=1)
+    u = rng.random((p.shape[0], 1)) * cdf[:, -1:]
+    return np.minimum((cdf <= u).sum(axis=1), p.shape[1] - 1)
+
+
+def select_actions(
+    q, params: PolicyParams, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Actions (B,) int64 and was_greedy (B,) bool for Q values (B, A), numpy or torch."""
+    q = _as_numpy(q)
+    b, n_actions = q.shape
+    greedy = q.argmax(axis=1)
+    if params.policy == "greedy":
+        actions = greedy
+    elif params.policy == "boltzmann":
+        actions = _sample_rows(softmax_probabilities(q, params.temperature), rng)
+    elif params.policy in ("epsilon_greedy", "linesight"):
+        actions = greedy.copy()
+        r = rng.random(b)
+        uniform = r < params.epsilon
+        actions[uniform] = rng.integers(0, n_actions, int(uniform.sum()))
+        if params.policy == "linesight":
+            # the same draw, rescaled on [epsilon, 1), decides the noisy branch
+            eps = params.epsilon
+            noisy = ~uniform & (r < eps + (1.0 - eps) * params.epsilon_boltzmann)
+            noise = rng.standard_normal((int(noisy.sum()), n_actions))
+            actions[noisy] = (q[noisy] + params.noise_scale * noise).argmax(axis=1)
+    else:
+        raise ValueError(f"unknown exploration policy {params.policy!r}")
+    actions = actions.astype(np.int64)
+    return actions, actions == greedy
+
+
+KEYS = {
+    "epsilon_greedy": {"policy", "epsilon", "epsilon_kind"},
+    "linesight": {
+        "policy",
+        "epsilon",
+        "epsilon_kind",
+        "epsilon_boltzmann",
+        "epsilon_boltzmann_kind",
+        "noise_scale",
+    },
+    "boltzmann": {"policy", "temperature", "temperature_kind"},
+    "greedy": {"policy"},
+}
+
+
+@dataclass(frozen=True)
+class Exploration:
+    """An exploration policy whose parameters follow the frame counter."""
+
+    policy: str
+    epsilon: Schedule | None = None
+    epsilon_boltzmann: Schedule | None = None
+    noise_scale: float = 0.01
+    temperature: Schedule | None = None
+
+    def params(self, frames: float, explore: bool = True) -> PolicyParams:
+        """Settings after ``frames`` frames; explore=False gives greedy (evaluation races)."""
+        if not explore or self.policy == "greedy":
+            return PolicyParams("greedy")
+
+        def read(s: Schedule | None, default: float) -> float:
+            return s(frames) if s is not None else default
+
+        return PolicyParams(
+            policy=self.policy,
+            epsilon=read(self.epsilon, 0.0),
+            epsilon_boltzmann=read(self.epsilon_boltzmann, 0.0),
+            noise_scale=self.noise_scale,
+            temperature=read(self.temperature, 1.0),
+        )
+
+
+def _schedule(cfg: dict, name: str, probability: bool) -> Schedule:
+    """A schedule of probabilities (in [0, 1]) or of positive values (temperatures)."""
+    key = f"{PREFIX}.{name}"
+    require(name in cfg, key, "missing: a list of [frames, value] points")
+    sched = Schedule.from_config(cfg[name], cfg.get(f"{name}_kind", "linear"), key)
+    for f, v in sched.points:
+        ok = 0.0 <= v <= 1.0 if probability else v > 0
+        need = "a probability in [0, 1]" if probability else "positive"
+        require(ok, key, f"value {v:g} at frame {f:g} must be {need}")
+    return sched
+
+
+def build_exploration(cfg: Mapping) -> Exploration:
+    """An Exploration from the ``exploration`` config group, or ConfigError naming the key."""
+    try:
+        from omegaconf import DictConfig, OmegaConf
+
+        if isinstance(cfg, DictConfig):
+            cfg = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
+    except ImportError:  # pragma: no cover - omegaconf is a dependency
+        pass
+    cfg = dict(cfg)
+    policy = cfg.get("policy")
+    if policy not in KEYS:
+        raise ConfigError(f"{PREFIX}.policy", f"must be one of {', '.join(KEYS)}, got {policy!r}")
+    check_known_keys(cfg, KEYS[policy], PREFIX)
+    if policy == "greedy":
+        return Exploration("greedy")
+    if policy == "boltzmann":
+        return Exploration(policy, temperature=_schedule(cfg, "temperature", False))
+    epsilon = _schedule(cfg, "epsilon", True)
+    if policy == "epsilon_greedy":
+        return Exploration(policy, epsilon=epsilon)
+    eps_b = _schedule(cfg, "epsilon_boltzmann", True)
+    noise = cfg.get("noise_scale", 0.01)
+    ok = isinstance(noise, int | float) and not isinstance(noise, bool) and noise >= 0
+    require(ok, f"{PREFIX}.noise_scale", f"must be a number >= 0, got {noise!r}")
+    return Exploration(policy, epsilon=epsilon, epsilon_boltzmann=eps_b, noise_scale=float(noise))

@@ -1,0 +1,89 @@
+"""Inference networks for collectors: optionally compiled, always sharing the eager weights.
+
+A collector refreshes its weights often (every race start, every few actions), so the
+compiled callable must read the very tensors the eager network holds: loading a state dict
+into ``InferenceNetwork.net`` (in place) updates it without recompiling.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+
+import torch
+
+from trackmind.agent.network import IQNNetwork, random_taus
+
+MODES = ("none", "script", "compile")
+Forward = Callable[[torch.Tensor | None, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+class InferenceNetwork:
+    """An eager IQNNetwork plus the callable that runs it (scripted, compiled or itself)."""
+
+    def __init__(self, net: IQNNetwork, fn: Forward, mode: str) -> None:
+        self.net = net
+        self.fn = fn
+        self.mode = mode
+
+    def __call__(self, img, floats: torch.Tensor, taus: torch.Tensor) -> torch.Tensor:
+        return self.fn(img, floats, taus)
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Copy new weights into the shared parameters (no recompilation)."""
+        self.net.load_state_dict(state_dict)
+
+
+def _example_inputs(net: IQNNetwork, batch: int, n_taus: int):
+    device = net.float_mean.device
+    img = None
+    if net.image_shape is not None:
+        img = torch.zeros((batch, *net.image_shape), dtype=torch.uint8, device=device)
+    floats = torch.zeros(batch, net.float_dim, device=device)
+    return img, floats, torch.full((batch, n_taus), 0.5, device=device)
+
+
+def make_inference_network(
+    net: IQNNetwork, mode: str = "none", warmup_batches: tuple[int, ...] = (1, 2)
+) -> InferenceNetwork:
+    """Wrap ``net`` for acting: ``none`` (eager), ``script`` (TorchScript) or ``compile``.
+
+    The network goes to eval mode; compilation is tried at once on example batches, and
+    if it fails the wrapper warns and runs eagerly, since a slower collector beats a dead one.
+    """
+    if mode not in MODES:
+        raise ValueError(f"inference mode must be one of {', '.join(MODES)}, got {mode!r}")
+    net.eval()
+    if mode == "none":
+        return InferenceNetwork(net, net, "none")
+    try:
+        if mode == "script":
+            with warnings.catch_warnings():  # deprecated in torch 2.13, still fastest here
+                warnings.filterwarnings("ignore", ".*jit.script.*deprecated", DeprecationWarning)
+                fn = torch.jit.script(net)
+        else:
+            fn = torch.compile(net)
+        with torch.inference_mode():
+            for b in warmup_batches:
+                fn(*_example_inputs(net, b, 8))
+    except Exception as e:  # any compiler failure means: run eagerly
+        warnings.warn(
+            f"inference compilation '{mode}' failed, running eagerly: {type(e).__name__}: {e}",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return InferenceNetwork(net, net, "none")
+    return InferenceNetwork(net, fn, mode)
+
+
+def greedy_q(
+    net: Forward,
+    img: torch.Tensor | None,
+    floats: torch.Tensor,
+    k: int,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Q values (B, A): quantiles averaged over k random taus, without autograd."""
+    with torch.inference_mode():
+        taus = random_taus(floats.shape[0], k, generator, device=floats.device)
+        return net(img, floats, taus).mean(dim=1)

@@ -1,0 +1,89 @@
+"""The IQN quantile Huber loss as a pure function, and a guard against non-finite losses.
+
+Convention (Dabney et al. 2018): rho(u) = |tau - 1{u < 0}| * huber_kappa(u) / kappa with
+u = target - online, so kappa -> 0 is the pure quantile (pinball) loss |tau - 1{u<0}| * |u|.
+Linesight's loss omits the / kappa: ours is theirs * (1 / kappa) (x200 at kappa = 5e-3),
+which matters for absolute thresholds such as gradient-norm clipping, not for Adam steps.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def quantile_huber(u: torch.Tensor, taus: torch.Tensor, kappa: float) -> torch.Tensor:
+    """Elementwise rho_tau^kappa(u) for TD errors u and matching taus (broadcastable)."""
+    abs_u = u.abs()
+    if kappa > 0:
+        huber = torch.where(abs_u <= kappa, 0.5 * u * u / kappa, abs_u - 0.5 * kappa)
+    else:
+        huber = abs_u
+    return (taus - (u.detach() < 0).to(u.dtype)).abs() * huber
+
+
+def iqn_loss(
+    q_online: torch.Tensor,
+    taus: torch.Tensor,
+    actions: torch.Tensor,
+    q_target_next: torch.Tensor,
+    rewards: torch.Tensor,
+    discounts: torch.Tensor,
+    kappa: float = 5e-3,
+    weights: torch.Tensor | None = None,
+    q_online_next: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean weighted quantile Huber loss and the per-sample losses (B,).
+
+    q_online (B, N, A) online quantiles at s for ``taus`` (B, N); actions (B,) int64;
+    q_target_next (B, N', A) target quantiles at s'; rewards (B,) n-step summed; discounts
+    (B,) gamma^n, 0 when terminal. The target r + discount * Z_target(s', a*) uses
+    a* = argmax of the mean target quantiles, or of ``q_online_next`` (B, N'', A) when it is
+    given (double DQN). Per sample: summed over online quantiles, averaged over target ones.
+    ``weights`` (B,) are importance weights (prioritized replay); no gradient reaches the
+    target. Per-sample losses come back detached, ready to become priorities or logs.
+    """
+    if kappa < 0:
+        raise ValueError(f"kappa must be >= 0, got {kappa}")
+    b, n, a = q_online.shape
+    z = q_online.gather(2, actions.view(b, 1, 1).expand(b, n, 1)).squeeze(2)  # (B, N)
+    with torch.no_grad():
+        chooser = q_target_next if q_online_next is None else q_online_next
+        best = chooser.mean(dim=1).argmax(dim=1)  # (B,)
+        n_next = q_target_next.shape[1]
+        z_next = q_target_next.gather(2, best.view(b, 1, 1).expand(b, n_next, 1)).squeeze(2)
+        target = rewards.view(b, 1) + discounts.view(b, 1) * z_next  # (B, N')
+    u = target.unsqueeze(1) - z.unsqueeze(2)  # (B, N, N')
+    rho = quantile_huber(u, taus.unsqueeze(2), kappa)
+    per_sample = rho.mean(dim=2).sum(dim=1)  # (B,)
+    loss = per_sample.mean() if weights is None else (weights * per_sample).mean()
+    return loss, per_sample.detach()
+
+
+class NonFiniteGuard:
+    """Skip steps whose loss is NaN/inf and count them; stop after too many in a row.
+
+    One bad batch (an fp16 overflow, a rare outlier) should not end a run, but a stream of
+    them means the weights are gone, and training on must stop with a clear message.
+    """
+
+    def __init__(self, max_in_a_row: int) -> None:
+        if max_in_a_row < 1:
+            raise ValueError(f"max_in_a_row must be >= 1, got {max_in_a_row}")
+        self.max_in_a_row = max_in_a_row
+        self.skipped = 0
+        self.in_a_row = 0
+
+    def check(self, loss: torch.Tensor | float) -> bool:
+        """True when the loss is finite (take the step); False when the step is skipped."""
+        finite = bool(torch.isfinite(torch.as_tensor(loss)).all())
+        if finite:
+            self.in_a_row = 0
+            return True
+        self.skipped += 1
+        self.in_a_row += 1
+        if self.in_a_row >= self.max_in_a_row:
+            raise FloatingPointError(
+                f"loss was not finite for {self.in_a_row} steps in a row "
+                f"({self.skipped} skipped in total): stopping training"
+            )
+        return False

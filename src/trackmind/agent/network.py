@@ -1,0 +1,171 @@
+"""The IQN network: image and float heads, cosine quantile embedding, dueling quantile heads.
+
+Inputs stay raw (uint8 frames, unnormalised floats) until they reach the network, which
+scales them itself: batches travel small and every caller normalises the same way.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+LEAK = 0.01
+
+
+def stratified_symmetric_taus(
+    batch: int, n: int, generator: torch.Generator | None = None, device=None
+) -> torch.Tensor:
+    """Training taus (batch, n): (k + U) / n for k < n/2, mirrored as 1 - tau for the rest.
+
+    One draw per stratum covers (0, 1) evenly and the mirror makes the set symmetric around
+    1/2, which lowers the variance of the loss for the same n.
+    """
+    if n <= 0 or n % 2:
+        raise ValueError(f"stratified symmetric taus need a positive even n, got {n}")
+    half = n // 2
+    u = torch.rand(batch, half, generator=generator, device=device)
+    low = (torch.arange(half, device=device, dtype=u.dtype) + u) / n
+    return torch.cat([low, 1.0 - low], dim=1)
+
+
+def random_taus(
+    batch: int, k: int, generator: torch.Generator | None = None, device=None
+) -> torch.Tensor:
+    """Inference taus (batch, k), uniform on [0, 1)."""
+    if k <= 0:
+        raise ValueError(f"need a positive number of taus, got {k}")
+    return torch.rand(batch, k, generator=generator, device=device)
+
+
+def conv_output_shape(
+    image_shape: Sequence[int], channels: Sequence[int], kernels: Sequence[int], strides
+) -> tuple[int, int, int]:
+    """(C, H, W) after the unpadded conv stack; H or W <= 0 means the stack is too deep."""
+    _, h, w = image_shape
+    c = image_shape[0]
+    for c_out, k, s in zip(channels, kernels, strides, strict=True):
+        h, w, c = (h - k) // s + 1, (w - k) // s + 1, c_out
+    return c, h, w
+
+
+def _mlp(sizes: Sequence[int]) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for a, b in zip(sizes[:-1], sizes[1:]):
+        layers += [nn.Linear(a, b), nn.LeakyReLU(LEAK)]
+    return nn.Sequential(*layers)
+
+
+class IQNNetwork(nn.Module):
+    """Quantile values Z(s, tau, a) for a batch of states and taus.
+
+    forward(img, floats, taus) -> (B, N, A); img is (B, C, H, W) uint8 (None when the
+    network has no image head), floats (B, F) raw, taus (B, N) in [0, 1].
+    """
+
+    def __init__(
+        self,
+        image_shape: Sequence[int] | None,
+        float_dim: int,
+        conv_channels: Sequence[int] = (16, 32, 64, 32),
+        conv_kernels: Sequence[int] = (4, 4, 3, 3),
+        conv_strides: Sequence[int] = (2, 2, 2, 1),
+        float_hidden: Sequence[int] = (256, 256),
+        embedding_dim: int = 64,
+        dense_hidden: int = 512,
+        n_actions: int = 12,
+        float_mean: torch.Tensor | None = None,
+        float_std: torch.Tensor | None = None,
+    ) -> None:
+        super().__init__()
+        self.has_image = image_shape is not None
+        self.image_shape = tuple(image_shape) if image_shape is not None else None
+        self.float_dim = float_dim
+        self.embedding_dim = embedding_dim
+        self.n_actions = n_actions
+
+        conv: list[nn.Module] = []
+        image_features = 0
+        if image_shape is not None:
+            c_in = image_shape[0]
+            for c_out, k, s in zip(conv_channels, conv_kernels, conv_strides, strict=True):
+                conv += [nn.Conv2d(c_in, c_out, k, s), nn.LeakyReLU(LEAK)]
+                c_in = c_out
+            c, h, w = conv_output_shape(image_shape, conv_channels, conv_kernels, conv_strides)
+            if h <= 0 or w <= 0:
+                raise ValueError(f"conv stack shrinks the image {tuple(image_shape)} to nothing")
+            image_features = c * h * w
+            conv.append(nn.Flatten())
+        self.image_head = nn.Sequential(*conv)
+        self.float_head = _mlp([float_dim, *float_hidden])
+        float_features = float_hidden[-1] if float_hidden else float_dim
+        self.feature_dim = image_features + float_features
+
+        self.tau_embedding = nn.Sequential(
+            nn.Linear(embedding_dim, self.feature_dim), nn.LeakyReLU(LEAK)
+        )
+        self.advantage = nn.Sequential(
+            nn.Linear(self.feature_dim, dense_hidden),
+            nn.LeakyReLU(LEAK),
+            nn.Linear(dense_hidden, n_actions),
+        )
+        self.value = nn.Sequential(
+            nn.Linear(self.feature_dim, dense_hidden),
+            nn.LeakyReLU(LEAK),
+            nn.Linear(dense_hidden, 1),
+        )
+        self.register_buffer("cos_freqs", torch.arange(1, embedding_dim + 1) * math.pi)
+        self.register_buffer("float_mean", torch.zeros(float_dim))
+        self.register_buffer("float_std", torch.ones(float_dim))
+        self.set_float_stats(float_mean, float_std)
+        self._init_weights()
+
+    def set_float_stats(self, mean=None, std=None) -> None:
+        """Fix the float normalisation ((x - mean) / std); std must be positive."""
+        if mean is not None:
+            mean = torch.as_tensor(mean, dtype=torch.float32).reshape(-1)
+            if mean.shape != (self.float_dim,):
+                raise ValueError(f"float_mean needs {self.float_dim} values, got {mean.numel()}")
+            self.float_mean.copy_(mean)
+        if std is not None:
+            std = torch.as_tensor(std, dtype=torch.float32).reshape(-1)
+            if std.shape != (self.float_dim,):
+                raise ValueError(f"float_std needs {self.float_dim} values, got {std.numel()}")
+            if not bool(torch.all(std > 0)):
+                raise ValueError("float_std must be positive everywhere")
+            self.float_std.copy_(std)
+
+    def _init_weights(self) -> None:
+        """Kaiming for leaky layers; the last layers of the heads start small (Q near 0)."""
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d | nn.Linear):
+                nn.init.kaiming_uniform_(m.weight, a=LEAK, nonlinearity="leaky_relu")
+                nn.init.zeros_(m.bias)
+        for head in (self.advantage, self.value):
+            nn.init.orthogonal_(head[-1].weight, gain=0.01)
+
+    def features(self, img: torch.Tensor | None, floats: torch.Tensor) -> torch.Tensor:
+        """State features (B, feature_dim): conv(image) next to mlp(floats), both scaled here."""
+        # the first op makes a fresh tensor, so the in-place one never touches the caller's
+        x = self.float_head(torch.sub(floats.float(), self.float_mean).div_(self.float_std))
+        if self.has_image:
+            assert img is not None, "this network has an image head: pass the frames"
+            y = self.image_head(torch.sub(img.float(), 128.0).mul_(1.0 / 128.0))
+            x = torch.cat([y, x], dim=1)
+        return x
+
+    def quantiles(self, features: torch.Tensor, taus: torch.Tensor) -> torch.Tensor:
+        """Z (B, N, A) from state features (B, D) and taus (B, N)."""
+        b, n = taus.shape
+        emb = self.tau_embedding(torch.cos(taus.unsqueeze(-1) * self.cos_freqs))  # (B, N, D)
+        x = (emb * features.unsqueeze(1)).reshape(b * n, self.feature_dim)
+        adv = self.advantage(x)
+        z = self.value(x) + adv - adv.mean(dim=1, keepdim=True)
+        return z.reshape(b, n, self.n_actions)
+
+    def forward(
+        self, img: torch.Tensor | None, floats: torch.Tensor, taus: torch.Tensor
+    ) -> torch.Tensor:
+        return self.quantiles(self.features(img, floats), taus)

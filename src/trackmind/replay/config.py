@@ -1,0 +1,159 @@
+"""BufferConfig: the ``buffer`` config group, validated; errors name ``buffer.<key>``."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from trackmind.errors import check_known_keys, require
+
+
+def capacity_at(schedule: Sequence[tuple[int, int]], frames: float) -> int:
+    """Buffer capacity after ``frames`` frames: the size of the last point reached.
+
+    A staircase, not an interpolation: each growth copies the buffer into a larger one, so
+    it happens a few times, at the listed frame counts.
+    """
+    size = schedule[0][1]
+    for f, s in schedule:
+        if frames >= f:
+            size = s
+    return int(size)
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
+@dataclass(frozen=True)
+class BufferConfig:
+    """Replay settings; mirrors conf/buffer/default.yaml."""
+
+    capacity_schedule: tuple[tuple[int, int], ...] = (
+        (0, 50_000),
+        (5_000_000, 100_000),
+        (7_000_000, 200_000),
+    )
+    learning_starts: int = 20_000
+    test_fraction: float = 0.05
+    chunk_length: int = 64
+    n_steps: int = 3
+    cut_at_non_greedy: bool = True
+    mini_race_duration_ms: int = 7000
+    prioritized: bool = False
+    alpha: float = 0.6
+    beta: float = 0.4
+    priority_eps: float = 1e-6
+    state_margin: float = 0.05
+
+    @classmethod
+    def from_dict(cls, cfg: Mapping[str, Any] | None, prefix: str = "buffer") -> BufferConfig:
+        """Validate a config mapping (plain dict or OmegaConf DictConfig); defaults fill gaps."""
+        given = dict(cfg or {})
+        known = [f.name for f in fields(cls)]
+        check_known_keys(given, known, prefix)
+        if "capacity_schedule" in given:
+            given["capacity_schedule"] = _schedule(given["capacity_schedule"], prefix)
+        conf = cls(**given)
+        conf.validate(prefix)
+        return conf
+
+    def validate(self, prefix: str = "buffer") -> None:
+        def key(name: str) -> str:
+            return f"{prefix}.{name}"
+
+        sizes = [s for _, s in self.capacity_schedule]
+        for name in ("learning_starts", "chunk_length", "n_steps", "mini_race_duration_ms"):
+            v = getattr(self, name)
+            require(_is_int(v) and v >= 1, key(name), f"must be an integer >= 1, got {v!r}")
+        require(
+            self.learning_starts <= max(sizes),
+            key("learning_starts"),
+            f"{self.learning_starts} exceeds the largest capacity {max(sizes)}: learning would "
+            "never start",
+        )
+        require(
+            _is_number(self.test_fraction) and 0.0 <= self.test_fraction <= 0.5,
+            key("test_fraction"),
+            f"must be in [0, 0.5], got {self.test_fraction!r}",
+        )
+        require(self.n_steps <= 255, key("n_steps"), f"at most 255, got {self.n_steps}")
+        for name in ("cut_at_non_greedy", "prioritized"):
+            v = getattr(self, name)
+            require(isinstance(v, bool), key(name), f"must be true or false, got {v!r}")
+        require(
+            _is_number(self.alpha) and self.alpha >= 0,
+            key("alpha"),
+            f"must be >= 0, got {self.alpha!r}",
+        )
+        require(
+            _is_number(self.beta) and 0 <= self.beta <= 1,
+            key("beta"),
+            f"must be in [0, 1], got {self.beta!r}",
+        )
+        require(
+            _is_number(self.priority_eps) and self.priority_eps > 0,
+            key("priority_eps"),
+            f"must be > 0 (a zero priority would hide a transition), got {self.priority_eps!r}",
+        )
+        require(
+            _is_number(self.state_margin) and 0 <= self.state_margin <= 1,
+            key("state_margin"),
+            f"must be in [0, 1], got {self.state_margin!r}",
+        )
+
+    def horizon_actions(self, ms_per_action: int, prefix: str = "buffer") -> int:
+        """The mini-race horizon in actions (7000 ms / 50 ms = 140)."""
+        require(
+            _is_int(ms_per_action) and ms_per_action > 0,
+            "ms_per_action",
+            f"must be a positive integer, got {ms_per_action!r}",
+        )
+        k = f"{prefix}.mini_race_duration_ms"
+        require(
+            self.mini_race_duration_ms % ms_per_action == 0,
+            k,
+            f"{self.mini_race_duration_ms} ms is not a whole number of {ms_per_action} ms actions",
+        )
+        horizon = self.mini_race_duration_ms // ms_per_action
+        require(
+            horizon > self.n_steps,
+            k,
+            f"a horizon of {horizon} actions must exceed n_steps = {self.n_steps}",
+        )
+        return horizon
+
+    def capacity(self, frames: float) -> int:
+        return capacity_at(self.capacity_schedule, frames)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["capacity_schedule"] = [list(p) for p in self.capacity_schedule]
+        return d
+
+
+def _schedule(points: Any, prefix: str) -> tuple[tuple[int, int], ...]:
+    """[[frames, size], ...] starting at frame 0, frames rising, sizes >= 1 never shrinking."""
+    k = f"{prefix}.capacity_schedule"
+    try:
+        pairs = [(p[0], p[1]) for p in points if len(p) == 2]
+        ok = len(pairs) == len(points)
+    except (TypeError, KeyError):
+        ok = False
+    require(ok, k, f"must be a list of [frames, size] pairs, got {points!r}")
+    require(len(pairs) > 0, k, "needs at least one [frames, size] point")
+    for i, (f, s) in enumerate(pairs):
+        require(_is_int(f) and _is_int(s), k, f"point {i} must be two integers, got {[f, s]}")
+        require(s >= 1, k, f"point {i}: size must be >= 1, got {s}")
+        if i == 0:
+            require(f == 0, k, f"the first point must be at frame 0, got {f}")
+        else:
+            require(f > pairs[i - 1][0], k, f"frames must increase: {pairs[i - 1][0]} then {f}")
+            require(s >= pairs[i - 1][1], k, f"capacity only grows: {pairs[i - 1][1]} then {s}")
+    return tuple((int(f), int(s)) for f, s in pairs)

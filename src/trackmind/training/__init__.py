@@ -1,0 +1,1 @@
+"""The learning loop: Lightning module, streaming DataModule, collector processes."""

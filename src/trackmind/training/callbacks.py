@@ -1,0 +1,103 @@
+"""Lightning callbacks: CollectorCallback (the collector processes) and RaceMetricsCallback.
+
+CollectorCallback publishes the initial weights and starts the pool at fit start, checks it
+after every batch (a dead collector is logged and restarted), and stops it at fit end, on
+an exception and on Ctrl-C. RaceMetricsCallback turns race records, learner timings and
+collector timings into metrics every `log_every_s` seconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import lightning as L
+
+from trackmind.training.datamodule import ReplayDataModule
+from trackmind.training.pool import CollectorPool
+from trackmind.training.shared import SharedHandles, publish_weights
+
+log = logging.getLogger(__name__)
+
+
+class CollectorCallback(L.Callback):
+    """Owns the collector processes for the duration of `trainer.fit`."""
+
+    def __init__(self, pool: CollectorPool, shared: SharedHandles) -> None:
+        self.pool = pool
+        self.shared = shared
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        publish_weights(self.shared, pl_module.online_network)
+        self.pool.start()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.pool.check()
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        self.pool.stop()
+
+    def on_exception(self, trainer, pl_module, exception) -> None:
+        log.info("stopping collectors after %s", type(exception).__name__)
+        self.pool.stop()
+
+    def teardown(self, trainer, pl_module, stage) -> None:
+        self.pool.stop()
+
+
+class RaceMetricsCallback(L.Callback):
+    """Logs race times/ratios per map, throughput and pipeline timings at a steady pace."""
+
+    def __init__(self, dm: ReplayDataModule, log_every_s: float = 10.0) -> None:
+        self.dm = dm
+        self.log_every_s = float(log_every_s)
+        self._last = time.monotonic()
+        self._samples_at_last = 0
+        self._wait_at_last = 0.0
+        self.last_metrics: dict[str, float] = {}
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        now = time.monotonic()
+        if now - self._last >= self.log_every_s:
+            self.flush(trainer, pl_module, now)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self.flush(trainer, pl_module, time.monotonic())
+
+    def flush(self, trainer, pl_module, now: float) -> dict[str, float]:
+        dm = self.dm
+        dt = max(now - self._last, 1e-9)
+        m = dm.stats.metrics()
+        m["throughput/samples_per_s"] = (dm.samples_served - self._samples_at_last) / dt
+        m["throughput/learner_wait_share"] = min(1.0, (dm.wait_s - self._wait_at_last) / dt)
+        m["buffer/size"] = float(len(dm.buffers))
+        m["buffer/transitions_added"] = float(dm.transitions_added)
+        m["frames"] = float(dm.shared.frames.value)
+        m["collector/alive"] = float(dm_pool_alive(trainer))
+        m["collector/restarts"] = float(dm_pool_restarts(trainer))
+        m["weights/version"] = float(dm.shared.weights_version.value)
+        eps = getattr(pl_module, "epsilon_now", None)
+        if eps is not None:
+            m["train/epsilon"] = float(eps())
+        self._last, self._samples_at_last, self._wait_at_last = now, dm.samples_served, dm.wait_s
+        self.last_metrics = m
+        if trainer.logger is not None:
+            trainer.logger.log_metrics(m, step=trainer.global_step)
+        return m
+
+
+def _collector_callback(trainer) -> CollectorCallback | None:
+    for cb in trainer.callbacks:
+        if isinstance(cb, CollectorCallback):
+            return cb
+    return None
+
+
+def dm_pool_alive(trainer) -> int:
+    cb = _collector_callback(trainer)
+    return cb.pool.alive() if cb else 0
+
+
+def dm_pool_restarts(trainer) -> int:
+    cb = _collector_callback(trainer)
+    return cb.pool.restarts if cb else 0

@@ -1,0 +1,116 @@
+"""The collector process: races a game with the latest weights and ships every race.
+
+Each collector owns a game (the vectorized sim by default: several cars, one batched
+inference per step), an inference network refreshed from the shared network at every race
+end and every `refresh_every_actions` actions, and an exploration policy whose epsilon
+follows the shared frame counter. Races go to the learner's queue as rollout_results with
+the arrays stacked. The process ignores Ctrl-C (the learner stops it) and exits by itself
+when the stop flag is set or the learner disappears, so no collector outlives its run.
+"""
+
+from __future__ import annotations
+
+import os
+import queue as queue_mod
+import signal
+import time
+import traceback
+from typing import Any
+
+import numpy as np
+import torch
+
+from trackmind.training.shared import CollectorLink, pull_weights, write_spool
+
+STACKED = ("frames", "state_float", "q_values", "car_gear_and_wheels")
+
+
+def pack_rollout(r: dict) -> dict:
+    """Stack the per-step lists into arrays: one pickled buffer each on the queue."""
+    out = dict(r)
+    for k in STACKED:
+        if r.get(k):
+            out[k] = np.stack(r[k])
+    for k in ("actions", "current_zone_idx"):
+        out[k] = np.asarray(r[k], np.int64)
+    for k in ("rewards", "meters_advanced_along_centerline", "input_w"):
+        out[k] = np.asarray(r[k], np.float64)
+    out["action_was_greedy"] = np.asarray(r["action_was_greedy"], bool)
+    out["potentials"] = {k: np.asarray(v, np.float64) for k, v in r["potentials"].items()}
+    return out
+
+
+def _put(shared: CollectorLink, msg: dict) -> bool:
+    """Put a message, waiting while the learner is busy; False if asked to stop meanwhile."""
+    while not shared.stop.is_set():
+        try:
+            shared.queue.put(msg, timeout=0.2)
+            return True
+        except queue_mod.Full:
+            continue
+    return False
+
+
+def collector_process_fn(cfg: dict, idx: int, shared: CollectorLink, seed: int) -> None:
+    """Entry point of a collector process (spawned; `cfg` is the resolved config dict)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parent = os.getppid()
+    try:
+        _run(cfg, idx, shared, seed, parent)
+    except Exception:
+        _put(shared, {"type": "error", "collector": idx, "traceback": traceback.format_exc()})
+        raise
+
+
+def _run(cfg: dict, idx: int, shared: CollectorLink, seed: int, parent: int) -> None:
+    from trackmind.agent.exploration import build_exploration, select_actions
+    from trackmind.agent.inference import greedy_q, make_inference_network
+    from trackmind.game.rollout import GameInstanceManager
+    from trackmind.training.factory import build_collector_parts
+
+    ccfg = cfg["collector"]
+    torch.set_num_threads(int(ccfg.get("torch_threads", 1)))
+    race, cycle, net = build_collector_parts(cfg, n_cars=int(ccfg["cars_per_process"]), offset=idx)
+    version = pull_weights(shared, net, -1)
+    infer = make_inference_network(net, cfg["network"].get("compile", "none"))
+    explorer = build_exploration(cfg["exploration"])
+    k_taus = int(cfg["network"]["n_quantiles_inference"])
+    refresh_every = int(ccfg["refresh_every_actions"])
+    rng = np.random.default_rng(seed)
+    gen = torch.Generator().manual_seed(seed)
+    gim = GameInstanceManager(race, cycle)
+    state = {"since_refresh": 0, "version": version}
+
+    def policy(obs: dict[str, Any], greedy: np.ndarray):
+        if state["since_refresh"] >= refresh_every:
+            state["version"] = pull_weights(shared, infer.net, state["version"])
+            state["since_refresh"] = 0
+        state["since_refresh"] += 1
+        img = torch.from_numpy(obs["frame"]) if "frame" in obs else None
+        q = greedy_q(infer, img, torch.from_numpy(obs["float"]), k_taus, gen).numpy()
+        actions, was_greedy = select_actions(q, explorer.params(shared.frames.value), rng)
+        if greedy.any():  # evaluation races act greedily
+            actions[greedy] = q[greedy].argmax(axis=1)
+            was_greedy[greedy] = True
+        return actions, q, was_greedy
+
+    def should_stop() -> bool:
+        return shared.stop.is_set() or os.getppid() != parent
+
+    last_stats = time.monotonic()
+    for seq, r in enumerate(gim.races(policy, should_stop)):
+        r["collector"] = idx
+        r["weights_version"] = state["version"]
+        with shared.frames.get_lock():
+            shared.frames.value += len(r["actions"])
+        with gim.monitor.stage("queue"):
+            path = write_spool(shared, pack_rollout(r), seq)
+            if not _put(shared, {"type": "race", "path": path}):
+                break
+        state["version"] = pull_weights(shared, infer.net, state["version"])  # race start
+        state["since_refresh"] = 0
+        if time.monotonic() - last_stats > 5.0:
+            last_stats = time.monotonic()
+            stats = gim.monitor.summary()
+            _put(shared, {"type": "stats", "collector": idx, "timings": stats})
+    race.close()

@@ -1,0 +1,192 @@
+"""ReplayDataModule: streams learner batches from the replay buffers the collectors fill.
+
+The train dataset is an infinite IterableDataset living in the learner process
+(num_workers=0): before each batch it drains the collectors' queue into buffer /
+buffer_test through the n-step rule, waits until the buffer holds `learning_starts`
+transitions, and keeps the replay ratio (samples learned per new transition) by waiting for
+data rather than over-training on what it has. Validation samples buffer_test.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import queue as queue_mod
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader, IterableDataset
+
+from trackmind.replay.buffers import ReplayBuffers
+from trackmind.training.race_stats import RaceStats
+from trackmind.training.shared import SharedHandles, read_spool
+
+log = logging.getLogger(__name__)
+
+
+def replay_ratio_allows(
+    samples_learned: int, batch: int, new_transitions: int, ratio: float
+) -> bool:
+    """May the learner take one more batch? (pure: samples so far + batch <= ratio * data)."""
+    return samples_learned + batch <= ratio * new_transitions
+
+
+class _TrainStream(IterableDataset):
+    def __init__(self, dm: ReplayDataModule) -> None:
+        self.dm = dm
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        while True:
+            batch = self.dm.next_batch()
+            if batch is None:  # past the deadline while waiting for data: end the run
+                return
+            yield batch
+
+
+class _TestStream(IterableDataset):
+    def __init__(self, dm: ReplayDataModule, n_batches: int) -> None:
+        self.dm, self.n = dm, n_batches
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        for _ in range(self.n):
+            batch = self.dm.test_batch()
+            if batch is None:
+                return
+            yield batch
+
+
+class ReplayDataModule(L.LightningDataModule):
+    """Owns the buffers; the learner's only source of data."""
+
+    def __init__(
+        self,
+        buffers: ReplayBuffers,
+        shared: SharedHandles,
+        batch_size: int,
+        replay_ratio: float,
+        gamma: Callable[[], float],
+        potential_weights: dict[str, float] | None = None,
+        stats: RaceStats | None = None,
+        check_collectors: Callable[[], Any] | None = None,
+        val_batches: int = 4,
+        wait_timeout_s: float | None = None,
+    ) -> None:
+        super().__init__()
+        self.buffers = buffers
+        self.shared = shared
+        self.batch_size = int(batch_size)
+        self.replay_ratio = float(replay_ratio)
+        self.gamma = gamma
+        self.potential_weights = potential_weights
+        self.stats = stats or RaceStats()
+        self.check_collectors = check_collectors or (lambda: None)
+        self.val_batches = int(val_batches)
+        self.wait_timeout_s = wait_timeout_s
+        self.deadline: float | None = None  # time.monotonic() after which waiting ends the run
+        self.transitions_added = 0
+        self.transitions_at_start: int | None = None
+        self.samples_served = 0
+        self.wait_s = 0.0
+        self.sample_s = 0.0
+
+    # --- data in ------------------------------------------------------------------------
+    def drain(self, block_s: float = 0.0) -> int:
+        """Move every waiting message into the buffers/stats; returns races added.
+
+        With block_s > 0, waits up to that long for a first message (polling every queue).
+        """
+        deadline = time.perf_counter() + block_s
+        races = 0
+        while True:
+            got = 0
+            for q in list(self.shared.queues):
+                while q is not None:
+                    try:
+                        msg = q.get_nowait()
+                    except queue_mod.Empty:
+                        break
+                    except (EOFError, OSError):  # a dead collector's queue; the pool renews it
+                        break
+                    got += 1
+                    races += self._handle(msg)
+            if got or time.perf_counter() >= deadline:
+                return races
+            time.sleep(0.005)
+
+    def _handle(self, msg: dict) -> int:
+        kind = msg.get("type")
+        if kind == "race":
+            try:
+                r = read_spool(msg["path"])
+            except (OSError, EOFError, pickle.UnpicklingError) as e:
+                log.warning("lost a race file %s: %s", msg.get("path"), e)
+                return 0
+            self._add_race(r)
+            return 1
+        if kind == "stats":
+            self.stats.collector_timings[msg["collector"]] = msg["timings"]
+        elif kind == "error":
+            log.error("collector %s failed:\n%s", msg["collector"], msg["traceback"])
+            self.stats.collector_errors += 1
+        return 0
+
+    def _add_race(self, r: dict) -> None:
+        self.buffers.update_capacity(self.shared.frames.value)
+        n_train, n_test = self.buffers.add_rollout(r, self.gamma(), self.potential_weights)
+        self.transitions_added += n_train + n_test
+        self.stats.add_race(r, n_train + n_test, self.shared.frames.value)
+
+    # --- batches out --------------------------------------------------------------------
+    def next_batch(self) -> dict[str, torch.Tensor] | None:
+        """The next training batch, once the buffer and the replay ratio allow it.
+
+        None when the run's deadline passes while waiting (the trainer is told to stop).
+        """
+        t0 = time.perf_counter()
+        self.drain()
+        while True:
+            if self.buffers.ready:
+                if self.transitions_at_start is None:
+                    self.transitions_at_start = self.transitions_added
+                    log.info("buffer holds %d transitions: learning starts", len(self.buffers))
+                new = self.transitions_added - self.transitions_at_start
+                # one batch of credit at the start so learning begins at once
+                if replay_ratio_allows(
+                    self.samples_served,
+                    self.batch_size,
+                    new + self.batch_size / self.replay_ratio,
+                    self.replay_ratio,
+                ):
+                    break
+            self.check_collectors()
+            self.drain(block_s=0.05)
+            if self.deadline is not None and time.monotonic() > self.deadline:
+                if self._trainer is not None:
+                    self.trainer.should_stop = True
+                return None
+            if self.wait_timeout_s is not None and time.perf_counter() - t0 > self.wait_timeout_s:
+                raise TimeoutError(
+                    f"no usable data for {self.wait_timeout_s:.0f} s "
+                    f"(buffer {len(self.buffers)}, collectors alive?)"
+                )
+        t1 = time.perf_counter()
+        self.wait_s += t1 - t0
+        batch = self.buffers.sample(self.batch_size)
+        self.sample_s += time.perf_counter() - t1
+        self.samples_served += self.batch_size
+        return batch
+
+    def test_batch(self) -> dict[str, torch.Tensor] | None:
+        try:
+            return self.buffers.sample_test(self.batch_size)
+        except (RuntimeError, ValueError):
+            return None
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(_TrainStream(self), batch_size=None, num_workers=0)
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(_TestStream(self, self.val_batches), batch_size=None, num_workers=0)

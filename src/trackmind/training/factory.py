@@ -1,0 +1,218 @@
+"""From the composed config to the parts of a run, validated before anything starts.
+
+`plan_run` checks every group (env and reward terms, network against the environment's
+frames and floats, exploration, buffer, learner, collector, trainer, logger, map cycle)
+and returns a RunPlan; a mistake raises one ConfigError naming the key. The collectors
+rebuild their own parts from the same resolved dict with `build_collector_parts`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from trackmind.env.build import build_managers, float_dim_of, frame_shape_of, make_race
+from trackmind.errors import ConfigError, check_known_keys, require
+from trackmind.game.map_cycle import MapCycle
+
+TOP_KEYS = {
+    "map",
+    "network",
+    "reward",
+    "exploration",
+    "env",
+    "collector",
+    "buffer",
+    "learner",
+    "trainer",
+    "logger",
+    "seed",
+    "run_name",
+    "output_dir",
+    "debug",
+    "resume",
+    "hparams_search",
+    "experiment",
+    "hydra",
+}
+COLLECTOR_KEYS = {
+    "backend",
+    "processes",
+    "cars_per_process",
+    "refresh_every_actions",
+    "queue_size",
+    "torch_threads",
+    "max_restarts",
+}
+TRAINER_KEYS = {
+    "accelerator",
+    "devices",
+    "precision",
+    "max_time_s",
+    "max_steps",
+    "val_check_interval",
+    "limit_val_batches",
+    "log_every_n_steps",
+    "torch_threads",
+    "progress_bar",
+}
+
+
+def to_plain(cfg: Any) -> dict:
+    """A resolved plain dict (what spawned processes receive)."""
+    try:
+        from omegaconf import DictConfig, OmegaConf
+
+        if isinstance(cfg, DictConfig):
+            return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+    except ImportError:  # pragma: no cover
+        pass
+    return dict(cfg)
+
+
+def resolve_frame_shape(cfg: dict) -> dict:
+    """env.frame_shape `auto` follows network.image_shape ([C, H, W] -> [H, W], null -> null)."""
+    env = cfg.get("env") or {}
+    if env.get("frame_shape") == "auto":
+        img = (cfg.get("network") or {}).get("image_shape")
+        ok = img is None or (isinstance(img, (list, tuple)) and len(img) == 3)
+        require(ok, "network.image_shape", f"must be [C, H, W] or null, got {img!r}")
+        env["frame_shape"] = None if img is None else [int(img[1]), int(img[2])]
+    return cfg
+
+
+def _int_at_least(cfg: Mapping, name: str, key: str, low: int) -> int:
+    v = cfg.get(name)
+    require(
+        isinstance(v, int) and not isinstance(v, bool) and v >= low,
+        f"{key}.{name}",
+        f"must be an integer >= {low}, got {v!r}",
+    )
+    return int(v)
+
+
+@dataclass
+class RunPlan:
+    """Everything the learner needs to know before it starts processes."""
+
+    cfg: dict
+    cycle: MapCycle
+    frame_shape: tuple[int, int] | None
+    float_dim: int
+    float_mean: np.ndarray
+    float_std: np.ndarray
+    ms_per_action: int
+    potential_weights: dict[str, float]
+
+
+def plan_run(cfg: Any) -> RunPlan:
+    """Validate the whole config; ConfigError (one line, naming the key) on any problem."""
+    from trackmind.agent.exploration import build_exploration
+    from trackmind.agent.network_config import network_config
+    from trackmind.replay.config import BufferConfig
+    from trackmind.training.module import validate_learner
+
+    cfg = resolve_frame_shape(to_plain(cfg))
+    check_known_keys(cfg, TOP_KEYS, "config")
+    for group in ("map", "network", "reward", "exploration", "env", "collector", "buffer"):
+        require(isinstance(cfg.get(group), Mapping), group, "missing config group")
+    for group in ("learner", "trainer", "logger"):
+        require(isinstance(cfg.get(group), Mapping), group, "missing config group")
+    env = cfg["env"]
+    require(
+        env.get("backend", "sim") == "sim",
+        "env.backend",
+        f"unknown backend {env.get('backend')!r} (known: sim)",
+    )
+    obs, rew, _ = build_managers(env, cfg["reward"])
+    frame_shape = frame_shape_of(env)
+    float_dim = float_dim_of(obs)
+    require(float_dim > 0, "env.observation.terms", "a `float` group is needed by the IQN network")
+    network_config(cfg["network"], float_dim, frame_shape)
+    build_exploration(cfg["exploration"])
+    bcfg = BufferConfig.from_dict(cfg["buffer"])
+    ms_per_action = int(env.get("tick_ms", 10)) * int(env.get("ticks_per_action", 5))
+    bcfg.horizon_actions(ms_per_action)
+    validate_learner(cfg["learner"])
+    col = cfg["collector"]
+    check_known_keys(col, COLLECTOR_KEYS, "collector")
+    require(
+        col.get("backend") == "local",
+        "collector.backend",
+        f"unknown backend {col.get('backend')!r} (known: local)",
+    )
+    for name in (
+        "processes",
+        "cars_per_process",
+        "refresh_every_actions",
+        "queue_size",
+        "torch_threads",
+    ):
+        _int_at_least(col, name, "collector", 1)
+    _int_at_least(col, "max_restarts", "collector", 0)
+    tr = cfg["trainer"]
+    check_known_keys(tr, TRAINER_KEYS, "trainer")
+    mt = tr.get("max_time_s")
+    require(
+        mt is None or (isinstance(mt, (int, float)) and mt > 0),
+        "trainer.max_time_s",
+        f"must be > 0 or null, got {mt!r}",
+    )
+    ms = tr.get("max_steps")
+    require(
+        isinstance(ms, int) and (ms == -1 or ms > 0),
+        "trainer.max_steps",
+        f"must be -1 or > 0, got {ms!r}",
+    )
+    require(
+        mt is not None or ms > 0, "trainer", "set max_time_s or max_steps, or the run never ends"
+    )
+    for name in ("val_check_interval", "limit_val_batches", "log_every_n_steps", "torch_threads"):
+        _int_at_least(tr, name, "trainer", 1)
+    lg = cfg["logger"]
+    require(
+        lg.get("backend") in ("mlflow", "csv", "none"),
+        "logger.backend",
+        f"must be mlflow, csv or none, got {lg.get('backend')!r}",
+    )
+    cycle = MapCycle.from_config(cfg["map"].get("cycle"), "map.cycle")
+    check_known_keys(cfg["map"], {"cycle"}, "map")
+    stats = obs.term("float")
+    weights = {t.name: t.weight for t in rew.terms if t.is_potential and rew.shaping == "collate"}
+    return RunPlan(
+        cfg=cfg,
+        cycle=cycle,
+        frame_shape=frame_shape,
+        float_dim=float_dim,
+        float_mean=stats.mean,
+        float_std=stats.std,
+        ms_per_action=ms_per_action,
+        potential_weights={k: 1.0 for k in weights},
+    )
+
+
+def build_network_from(cfg: dict, frame_shape, float_dim: int, mean, std):
+    from trackmind.agent.network_config import build_network
+
+    return build_network(cfg["network"], float_dim, frame_shape, float_mean=mean, float_std=std)
+
+
+def build_collector_parts(cfg: dict, n_cars: int, offset: int = 0):
+    """(VecRace, MapCycle, network) for one collector; the cycle starts `offset` races in."""
+    cfg = resolve_frame_shape(cfg)
+    cycle = MapCycle.from_config(cfg["map"]["cycle"], "map.cycle")
+    for _ in range(offset * n_cars):
+        cycle.next()
+    race = make_race(cfg["env"], cfg["reward"], n_cars=n_cars, maps=cycle.entries[0].track)
+    stats = race.observation.term("float")
+    net = build_network_from(
+        cfg, frame_shape_of(cfg["env"]), float_dim_of(race.observation), stats.mean, stats.std
+    )
+    return race, cycle, net
+
+
+def config_error_line(e: ConfigError) -> str:
+    return f"config error: {e}"

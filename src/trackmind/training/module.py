@@ -1,0 +1,223 @@
+"""IQNLightningModule: the learner. Online and target IQN networks, mini-race quantile loss.
+
+Manual optimization because the target network is updated by hand (soft update every N
+sampled transitions), steps with a non-finite loss are skipped and counted, and the lr
+follows the frame counter rather than the step count. The target network is frozen and
+outside the optimizer. Every `publish_every_batches` the online weights go to the shared
+network the collectors pull from.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import lightning as L
+import torch
+
+from trackmind.agent.loss import NonFiniteGuard, iqn_loss
+from trackmind.agent.network import IQNNetwork, random_taus, stratified_symmetric_taus
+from trackmind.agent.schedules import Schedule
+from trackmind.errors import ConfigError, check_known_keys, require
+
+LEARNER_KEYS = {
+    "batch_size",
+    "optimizer",
+    "adam_eps",
+    "lr",
+    "weight_decay",
+    "gamma",
+    "kappa",
+    "double_dqn",
+    "grad_clip_norm",
+    "target_tau",
+    "target_update_every_transitions",
+    "replay_ratio",
+    "publish_every_batches",
+    "max_nonfinite_in_a_row",
+}
+
+
+def soft_update(target: torch.nn.Module, online: torch.nn.Module, tau: float) -> None:
+    """target <- (1 - tau) * target + tau * online, parameters and float buffers."""
+    with torch.no_grad():
+        for t, o in zip(target.parameters(), online.parameters()):
+            t.lerp_(o, tau)
+
+
+def schedule_from(cfg: Mapping, key: str) -> Schedule:
+    """A Schedule from `{points, kind}` or a bare number (constant)."""
+    if isinstance(cfg, (int, float)) and not isinstance(cfg, bool):
+        return Schedule([(0.0, float(cfg))], "linear")
+    if not isinstance(cfg, Mapping):
+        raise ConfigError(key, f"must be a number or {{points, kind}}, got {cfg!r}")
+    check_known_keys(cfg, {"points", "kind"}, key)
+    kind = cfg.get("kind", "linear")
+    require(
+        kind in ("linear", "exponential", "staircase"),
+        f"{key}.kind",
+        f"must be linear, exponential or staircase, got {kind!r}",
+    )
+    return Schedule.from_config(cfg.get("points"), kind, f"{key}.points")
+
+
+def validate_learner(cfg: Mapping, key: str = "learner") -> None:
+    """Check the learner config before anything starts (one-line ConfigError)."""
+    check_known_keys(cfg, LEARNER_KEYS, key)
+
+    def pos(name, kind=(int, float), strict=True):
+        v = cfg.get(name)
+        ok = isinstance(v, kind) and not isinstance(v, bool) and (v > 0 if strict else v >= 0)
+        require(
+            ok,
+            f"{key}.{name}",
+            f"must be a {'positive' if strict else 'non-negative'} number, got {v!r}",
+        )
+
+    pos("batch_size", int)
+    pos("adam_eps")
+    pos("weight_decay", strict=False)
+    pos("kappa", strict=False)
+    pos("grad_clip_norm")
+    pos("target_update_every_transitions", int)
+    pos("replay_ratio")
+    pos("publish_every_batches", int)
+    pos("max_nonfinite_in_a_row", int)
+    tau = cfg.get("target_tau")
+    require(
+        isinstance(tau, (int, float)) and 0 < tau <= 1,
+        f"{key}.target_tau",
+        f"must be in (0, 1], got {tau!r}",
+    )
+    require(
+        cfg.get("optimizer") in ("radam", "adam"),
+        f"{key}.optimizer",
+        f"must be radam or adam, got {cfg.get('optimizer')!r}",
+    )
+    schedule_from(cfg.get("lr"), f"{key}.lr")
+    g = schedule_from(cfg.get("gamma"), f"{key}.gamma")
+    require(all(0 < v <= 1 for _, v in g.points), f"{key}.gamma", "values must be in (0, 1]")
+
+
+class IQNLightningModule(L.LightningModule):
+    """Learns IQN on collated mini-race batches; see the module docstring."""
+
+    def __init__(
+        self,
+        network: IQNNetwork,
+        learner: Mapping,
+        n_quantiles_train: int = 8,
+        n_quantiles_target: int = 8,
+        frames: Callable[[], int] = lambda: 0,
+        publish: Callable[[torch.nn.Module], Any] | None = None,
+        on_priorities: Callable[[torch.Tensor, torch.Tensor], None] | None = None,
+    ) -> None:
+        super().__init__()
+        validate_learner(learner)
+        self.automatic_optimization = False
+        self.cfg = dict(learner)
+        self.online_network = network
+        self.target_network = copy.deepcopy(network)
+        self.target_network.requires_grad_(False)
+        self.n_train = int(n_quantiles_train)
+        self.n_target = int(n_quantiles_target)
+        self.lr_schedule = schedule_from(learner["lr"], "learner.lr")
+        self.gamma_schedule = schedule_from(learner["gamma"], "learner.gamma")
+        self.frames = frames
+        self.publish = publish
+        self.on_priorities = on_priorities
+        self.guard = NonFiniteGuard(int(learner["max_nonfinite_in_a_row"]))
+        self.samples_since_target_update = 0
+        self.samples_learned = 0
+        self.last_stats: dict[str, float] = {}
+
+    # --- optimisation -------------------------------------------------------------------
+    def configure_optimizers(self):
+        opt_cls = torch.optim.RAdam if self.cfg["optimizer"] == "radam" else torch.optim.Adam
+        return opt_cls(
+            self.online_network.parameters(),
+            lr=self.lr_schedule(0),
+            eps=float(self.cfg["adam_eps"]),
+            weight_decay=float(self.cfg["weight_decay"]),
+        )
+
+    def current_lr(self) -> float:
+        return self.lr_schedule(self.frames())
+
+    def current_gamma(self) -> float:
+        return self.gamma_schedule(self.frames())
+
+    def compute_loss(self, batch: Mapping[str, torch.Tensor]):
+        """Loss, per-sample losses and the online quantiles for one collated batch."""
+        state_img = batch.get("state_img")
+        next_img = batch.get("next_state_img")
+        b = batch["action"].shape[0]
+        taus = stratified_symmetric_taus(b, self.n_train, device=self.device)
+        z = self.online_network(state_img, batch["state_float"], taus)
+        with torch.no_grad():
+            taus_next = random_taus(b, self.n_target, device=self.device)
+            z_next = self.target_network(next_img, batch["next_state_float"], taus_next)
+            z_online_next = None
+            if self.cfg["double_dqn"]:
+                z_online_next = self.online_network(next_img, batch["next_state_float"], taus_next)
+        loss, per_sample = iqn_loss(
+            z,
+            taus,
+            batch["action"],
+            z_next,
+            batch["reward"],
+            batch["discount"],
+            kappa=float(self.cfg["kappa"]),
+            weights=batch.get("weights"),
+            q_online_next=z_online_next,
+        )
+        return loss, per_sample, z
+
+    def training_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int):
+        opt = self.optimizers()
+        lr = self.current_lr()
+        for group in opt.param_groups:
+            group["lr"] = lr
+        loss, per_sample, z = self.compute_loss(batch)
+        b = int(batch["action"].shape[0])
+        self.samples_learned += b
+        if not self.guard.check(loss):
+            self.log("train/nonfinite_skipped", float(self.guard.skipped))
+            return None
+        opt.zero_grad(set_to_none=True)
+        self.manual_backward(loss)
+        grad_norm = torch.nn.utils.clip_grad_norm_(
+            self.online_network.parameters(), float(self.cfg["grad_clip_norm"])
+        )
+        opt.step()
+        if self.on_priorities is not None and "indices" in batch:
+            self.on_priorities(batch["indices"], per_sample)
+        self.samples_since_target_update += b
+        every = int(self.cfg["target_update_every_transitions"])
+        while self.samples_since_target_update >= every:
+            soft_update(self.target_network, self.online_network, float(self.cfg["target_tau"]))
+            self.samples_since_target_update -= every
+        if (
+            self.publish is not None
+            and (self.global_step + 1) % int(self.cfg["publish_every_batches"]) == 0
+        ):
+            self.publish(self.online_network)
+        q = z.detach().mean(dim=1)
+        stats = {
+            "train/loss": float(loss.detach()),
+            "train/q_mean": float(q.mean()),
+            "train/q_max": float(q.max(dim=1).values.mean()),
+            "train/grad_norm": float(grad_norm),
+            "train/lr": lr,
+            "train/gamma": self.current_gamma(),
+            "train/nonfinite_skipped": float(self.guard.skipped),
+        }
+        self.last_stats = stats
+        self.log_dict(stats, on_step=True, prog_bar=False, batch_size=b)
+        return loss.detach()
+
+    def validation_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int):
+        loss, _, _ = self.compute_loss(batch)
+        self.log("val/loss", float(loss), on_epoch=True, batch_size=int(batch["action"].shape[0]))
+        return loss

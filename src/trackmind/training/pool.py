@@ -1,0 +1,119 @@
+"""CollectorPool: starts, watches, restarts and stops the collector processes.
+
+Used by CollectorCallback (start at fit start, stop at fit end / on exceptions / Ctrl-C)
+and by the DataModule (it checks the pool while it waits for data, so a dead collector is
+noticed even when no batch is being learned). Processes are daemonic and watch their
+parent, so none outlives the learner even after a kill -9.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from trackmind.training.collector import collector_process_fn
+from trackmind.training.shared import SharedHandles, spawn_context
+
+log = logging.getLogger(__name__)
+
+
+class CollectorPool:
+    """K collector processes sharing one SharedHandles bundle."""
+
+    def __init__(
+        self, cfg: dict, shared: SharedHandles, n_processes: int, max_restarts: int, seed: int = 0
+    ) -> None:
+        self.cfg = cfg
+        self.shared = shared
+        self.n = int(n_processes)
+        self.max_restarts = int(max_restarts)
+        self.seed = int(seed)
+        self.procs: list[Any] = [None] * self.n
+        self.restarts = 0
+        self.deaths: list[tuple[int, int | None]] = []  # (collector, exit code)
+        self.on_restart = None  # called with the collector index after a restart
+        self._ctx = spawn_context()
+        self._started = False
+
+    def _spawn(self, idx: int) -> None:
+        seed = self.seed * 1000 + idx * 17 + self.restarts
+        p = self._ctx.Process(
+            target=collector_process_fn,
+            args=(self.cfg, idx, self.shared.link(idx), seed),
+            name=f"trackmind-collector-{idx}",
+            daemon=True,
+        )
+        p.start()
+        self.procs[idx] = p
+
+    def start(self) -> None:
+        self.shared.stop.clear()
+        for i in range(self.n):
+            self._spawn(i)
+        self._started = True
+        log.info("started %d collector process(es)", self.n)
+
+    def check(self) -> list[int]:
+        """Restart collectors that died; returns the indices restarted."""
+        if not self._started or self.shared.stop.is_set():
+            return []
+        restarted = []
+        for i, p in enumerate(self.procs):
+            if p is not None and not p.is_alive():
+                code = p.exitcode
+                self.deaths.append((i, code))
+                if self.restarts >= self.max_restarts:
+                    raise RuntimeError(
+                        f"collector {i} died (exit code {code}) and the restart budget "
+                        f"({self.max_restarts}) is spent"
+                    )
+                self.restarts += 1
+                log.warning("collector %d died (exit code %s): restarting it", i, code)
+                self.shared.renew(i)  # it may have died holding its lock or mid-message
+                self._spawn(i)
+                restarted.append(i)
+                if self.on_restart is not None:
+                    self.on_restart(i)
+        return restarted
+
+    def alive(self) -> int:
+        return sum(1 for p in self.procs if p is not None and p.is_alive())
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs if p is not None]
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Ask every collector to stop, then terminate and kill what is left."""
+        if not self._started:
+            return
+        self._started = False
+        self.shared.stop.set()
+        deadline = time.monotonic() + timeout_s
+        # drain the queue so collectors blocked on a full queue can see the stop flag
+        while any(p is not None and p.is_alive() for p in self.procs):
+            self._drain()
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        for p in self.procs:
+            if p is not None and p.is_alive():
+                p.terminate()
+                p.join(2.0)
+                if p.is_alive():
+                    p.kill()
+                    p.join(2.0)
+        for p in self.procs:
+            if p is not None:
+                p.join(0.1)
+        self._drain()
+        self.shared.cleanup()
+        log.info("collectors stopped")
+
+    def _drain(self) -> None:
+        for q in self.shared.queues:
+            try:
+                while True:
+                    q.get_nowait()
+            except Exception:
+                pass

@@ -1,0 +1,87 @@
+"""RaceStats: what the learner knows about the races it received, turned into metrics.
+
+Greedy races are the evaluation: their times per map, and the ratio to the map's reference
+time, are the figures users compare. Exploration races count towards finish rates and
+throughput. Metric names: race/<map>/time, race/<map>/ratio, race/<map>/best_ratio,
+race/<map>/finish_rate, throughput/transitions_per_s, collector/<stage>_ms_per_action.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+
+
+def race_ratio(race_time_ms: float | None, reference_ms: float) -> float | None:
+    """Race time over reference time (lower is better); None for a race that did not finish."""
+    if race_time_ms is None:
+        return None
+    return float(race_time_ms) / float(reference_ms)
+
+
+@dataclass
+class RaceStats:
+    """Running race records, per map; `metrics()` summarises the window since last call."""
+
+    reference_ms: dict[str, float] = field(default_factory=dict)
+    window: int = 20
+    races: int = 0
+    transitions: int = 0
+    collector_errors: int = 0
+    collector_timings: dict[int, dict] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.greedy_times: dict[str, deque] = defaultdict(lambda: deque(maxlen=self.window))
+        self.finishes: dict[str, deque] = defaultdict(lambda: deque(maxlen=self.window))
+        self.best_ms: dict[str, float] = {}
+        self.last_greedy: dict[str, float | None] = {}
+        self.greedy_races: dict[str, int] = defaultdict(int)
+        self.weights_versions: set[int] = set()
+        self._start = self._t0 = time.monotonic()
+        self._transitions_at_t0 = 0
+        self.history: list[dict] = []  # (frames, map, greedy time) of every greedy race
+
+    def add_race(self, r: dict, n_transitions: int, frames: int = 0) -> None:
+        m = r["map"]
+        self.races += 1
+        self.transitions += int(n_transitions)
+        self.finishes[m].append(bool(r["finished"]))
+        if "weights_version" in r:
+            self.weights_versions.add(int(r["weights_version"]))
+        if r.get("finished"):
+            self.best_ms[m] = min(self.best_ms.get(m, float("inf")), float(r["race_time"]))
+        if r.get("greedy"):
+            self.greedy_races[m] += 1
+            t = float(r["race_time"]) if r.get("finished") else None
+            self.last_greedy[m] = t
+            if t is not None:
+                self.greedy_times[m].append(t)
+            self.history.append(
+                {"frames": frames, "map": m, "time_ms": t, "wall_s": time.monotonic() - self._start}
+            )
+
+    def metrics(self) -> dict[str, float]:
+        out: dict[str, float] = {"races/total": float(self.races)}
+        for m, fin in self.finishes.items():
+            out[f"race/{m}/finish_rate"] = sum(fin) / len(fin)
+            ref = self.reference_ms.get(m)
+            last = self.last_greedy.get(m)
+            if last is not None:
+                out[f"race/{m}/time"] = last / 1000.0
+                if ref:
+                    out[f"race/{m}/ratio"] = race_ratio(last, ref)
+            if m in self.best_ms:
+                out[f"race/{m}/best_time"] = self.best_ms[m] / 1000.0
+                if ref:
+                    out[f"race/{m}/best_ratio"] = race_ratio(self.best_ms[m], ref)
+        now = time.monotonic()
+        dt = max(now - self._t0, 1e-9)
+        out["throughput/transitions_per_s"] = (self.transitions - self._transitions_at_t0) / dt
+        self._t0, self._transitions_at_t0 = now, self.transitions
+        for idx, timings in self.collector_timings.items():
+            for k, v in timings.items():
+                if k.endswith("_ms_per_action"):
+                    out[f"collector/{idx}/{k}"] = float(v)
+        out["collector/errors"] = float(self.collector_errors)
+        return out

@@ -1,0 +1,167 @@
+"""What the learner and its collector processes share: weights, counters, queues, stop flag.
+
+The learner copies its online weights into `uncompiled_shared_network` (shared memory)
+while holding every collector's lock and bumps `weights_version`; a collector copies them
+into its own inference network under its own lock when the version moved. `frames` counts
+actions collected by every collector and drives the schedules.
+
+Each collector has its own lock and queue (as Linesight has one queue per collector), and
+a race travels as a spool file whose path is the queue message: a path is far below the
+pipe's atomic write size, so a collector killed at any moment can neither leave half a
+message in a pipe nor hold a lock others need. When a collector is restarted, its lock and
+queue are replaced.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.multiprocessing as tmp
+
+log = logging.getLogger(__name__)
+LOCK_TIMEOUT_S = 2.0
+
+
+def spawn_context():
+    return tmp.get_context("spawn")
+
+
+@dataclass
+class CollectorLink:
+    """Picklable handles of one collector process."""
+
+    index: int
+    network: torch.nn.Module  # uncompiled_shared_network, in shared memory
+    lock: Any
+    weights_version: Any  # mp.Value('q')
+    frames: Any  # mp.Value('q'): actions collected so far, all collectors
+    stop: Any  # mp.Event
+    queue: Any  # mp.Queue of small messages to the learner
+    spool_dir: str
+
+
+@dataclass
+class SharedHandles:
+    """The learner's side: shared network and counters, one lock and queue per collector."""
+
+    network: torch.nn.Module
+    weights_version: Any
+    frames: Any
+    stop: Any
+    spool_dir: str
+    queue_size: int
+    locks: list = field(default_factory=list)
+    queues: list = field(default_factory=list)
+
+    def link(self, i: int) -> CollectorLink:
+        while len(self.locks) <= i:
+            self.locks.append(None)
+            self.queues.append(None)
+        if self.locks[i] is None:
+            self.renew(i)
+        return CollectorLink(
+            i,
+            self.network,
+            self.locks[i],
+            self.weights_version,
+            self.frames,
+            self.stop,
+            self.queues[i],
+            self.spool_dir,
+        )
+
+    def renew(self, i: int) -> None:
+        """Fresh lock and queue for collector i (its previous process may have died in them)."""
+        ctx = spawn_context()
+        self.locks[i] = ctx.Lock()
+        self.queues[i] = ctx.Queue(maxsize=self.queue_size)
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.spool_dir, ignore_errors=True)
+
+
+def _spool_base() -> str | None:
+    """/dev/shm (memory) when it has room for long races, else the temporary folder."""
+    try:
+        st = os.statvfs("/dev/shm")
+        if os.access("/dev/shm", os.W_OK) and st.f_bavail * st.f_frsize > 2 * 2**30:
+            return "/dev/shm"
+    except OSError:
+        pass
+    return None
+
+
+def make_shared(network: torch.nn.Module, queue_size: int = 64) -> SharedHandles:
+    ctx = spawn_context()
+    network.share_memory()
+    spool = tempfile.mkdtemp(prefix="trackmind-spool-", dir=_spool_base())
+    return SharedHandles(
+        network=network,
+        weights_version=ctx.Value("q", 0),
+        frames=ctx.Value("q", 0),
+        stop=ctx.Event(),
+        spool_dir=spool,
+        queue_size=int(queue_size),
+    )
+
+
+def _copy(dst: torch.nn.Module, src: torch.nn.Module) -> None:
+    with torch.no_grad():
+        for d, s in zip(dst.state_dict().values(), src.state_dict().values()):
+            d.copy_(s)
+
+
+def publish_weights(shared: SharedHandles, source: torch.nn.Module) -> int:
+    """Copy `source` weights into the shared network; returns the new version."""
+    held = []
+    try:
+        for i, lock in enumerate(shared.locks):
+            if lock is None:
+                continue
+            if lock.acquire(timeout=LOCK_TIMEOUT_S):
+                held.append(lock)
+            else:  # a stuck collector; the pool replaces it if it died
+                log.warning("collector %d holds its weights lock: publishing anyway", i)
+        _copy(shared.network, source)
+        shared.weights_version.value += 1
+        return shared.weights_version.value
+    finally:
+        for lock in held:
+            lock.release()
+
+
+def pull_weights(link: CollectorLink, target: torch.nn.Module, have_version: int) -> int:
+    """Copy the shared weights into `target` if they are newer; returns the version held."""
+    version = link.weights_version.value
+    if version == have_version:
+        return have_version
+    with link.lock:
+        version = link.weights_version.value
+        _copy(target, link.network)
+    return version
+
+
+def write_spool(link: CollectorLink, obj: Any, seq: int) -> str:
+    """Write one race atomically (temp file + rename); returns its path."""
+    final = Path(link.spool_dir) / f"c{link.index}-{os.getpid()}-{seq}.pkl"
+    tmp_path = final.with_suffix(".tmp")
+    with open(tmp_path, "wb") as f:
+        pickle.dump(obj, f, protocol=pickle.HIGHEST_PROTOCOL)
+    os.replace(tmp_path, final)
+    return str(final)
+
+
+def read_spool(path: str) -> Any:
+    """Load and delete a race written by write_spool (our own collectors' files only)."""
+    with open(path, "rb") as f:
+        obj = pickle.load(f)
+    os.unlink(path)
+    return obj

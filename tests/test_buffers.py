@@ -1,0 +1,299 @@
+"""Replay buffers: frames stored once and never read stale, growth, split, PER, checkpoints."""
+
+import numpy as np
+import pytest
+import torch
+
+from trackmind.errors import ConfigError
+from trackmind.replay.buffers import make_buffers
+from trackmind.replay.experience import Experience
+from trackmind.replay.transition_buffer import TransitionBuffer, record_nbytes
+
+FRAME = (1, 4, 5)
+F = 4
+
+
+def race(first_id: int, t_count: int, n: int = 3) -> Experience:
+    """States with ids first_id.. : frame value id % 251, floats [0, id, 0, 0], Phi = id / 2;
+    transition of state id has action id % 12 and rewards id + [0, 1, 2]."""
+    ids = first_id + np.arange(t_count + 1)
+    floats = np.zeros((t_count + 1, F), dtype=np.float32)
+    floats[:, 1] = ids
+    return Experience(
+        frames=np.broadcast_to(
+            (ids % 251).astype(np.uint8)[:, None, None, None], (t_count + 1, *FRAME)
+        ),
+        floats=floats,
+        potential=(ids / 2).astype(np.float32),
+        action=ids[:-1] % 12,
+        n_steps=np.minimum(n, t_count - np.arange(t_count)),
+        rewards=(ids[:-1, None] + np.arange(n)).astype(np.float32),
+        gammas=np.ones((t_count, n), dtype=np.float32),
+        terminal_actions=np.full(t_count, np.inf, dtype=np.float32),
+    )
+
+
+class Feeder:
+    """Adds races to one buffer, numbering states as the buffer's own state ids."""
+
+    def __init__(self, buffer: TransitionBuffer):
+        self.buffer, self.next_id = buffer, 0
+
+    def add(self, t_count: int) -> None:
+        self.buffer.add(race(self.next_id, t_count))
+        self.next_id += t_count + 1
+
+
+def check_live(buffer: TransitionBuffer) -> None:
+    """Every live record reads the state rows it was written with."""
+    rec = buffer.live_records()
+    gid, n = rec["state_gid"], rec["n_steps"].long()
+    assert int(gid.min()) >= buffer.states.lo
+    frames, floats, potential = buffer.states.gather(gid)
+    next_frames, next_floats, _ = buffer.states.gather(gid + n)
+    np.testing.assert_array_equal(floats[:, 1], gid)
+    np.testing.assert_array_equal(next_floats[:, 1], gid + n)
+    assert (frames == (gid % 251).to(torch.uint8).view(-1, 1, 1, 1)).all()
+    assert (next_frames == ((gid + n) % 251).to(torch.uint8).view(-1, 1, 1, 1)).all()
+    np.testing.assert_array_equal(rec["action"], gid % 12)
+    np.testing.assert_array_equal(potential, gid / 2)
+
+
+def check_batch(buffer: TransitionBuffer, batch_size: int = 256) -> None:
+    """A sampled batch reads the frames written for its records."""
+    batch = buffer.sample(batch_size)
+    sid, nid = batch["state_float"][:, 1].long(), batch["next_state_float"][:, 1].long()
+    rec = buffer.rb.storage.get(batch["indices"])
+    np.testing.assert_array_equal(rec["state_gid"], sid)
+    np.testing.assert_array_equal(nid - sid, rec["n_steps"])
+    assert (batch["state_img"] == (sid % 251).to(torch.uint8).view(-1, 1, 1, 1)).all()
+    assert (batch["next_state_img"] == (nid % 251).to(torch.uint8).view(-1, 1, 1, 1)).all()
+    np.testing.assert_array_equal(batch["action"], sid % 12)
+    assert int(sid.min()) >= buffer.states.lo
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_no_transition_reads_an_overwritten_frame(prioritized):
+    # capacity 50, state ring 50 + ceil(50 * 0.05) + 4 = 57 rows. Long races: records leave
+    # first. One-action races need 2 states per transition: the state ring runs out first
+    # and the window must shrink to the records whose states survive (57 rows // 2 = 28).
+    buf = TransitionBuffer(50, FRAME, F, 3, 140, prioritized=prioritized, seed=1)
+    assert buf.states.rows == 57
+    feed = Feeder(buf)
+    rng = np.random.default_rng(0)
+    shrunk = False
+    for _ in range(60):  # about 12 wraps of the ring
+        feed.add(int(rng.choice([1, 1, 2, 5, 17, 40, 120])))
+        check_live(buf)
+        check_batch(buf)
+        shrunk |= len(buf) < 50 and buf.states.written > 57
+    assert shrunk  # the state-overwrite path was exercised
+    for _ in range(30):  # only one-action races: 28 live transitions of 2 states each
+        feed.add(1)
+    check_live(buf)
+    check_batch(buf)
+    assert len(buf) == 28
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_capacity_growth_keeps_all_data(prioritized):
+    buf = TransitionBuffer(50, FRAME, F, 3, 140, prioritized=prioritized, seed=2)
+    feed = Feeder(buf)
+    for _ in range(10):  # 350 transitions: wrapped 7 times
+        feed.add(35)
+    if prioritized:
+        batch = buf.sample(32)
+        buf.update_priorities(batch["indices"], torch.arange(32, dtype=torch.float32))
+    before = buf.live_records()
+    q_before = buf.sampler.q[buf._live_positions().numpy()].copy() if prioritized else None
+    assert len(buf) == 50
+    buf.set_capacity(120)
+    assert buf.capacity == 120 and len(buf) == 50 and buf.states.rows == 130
+    after = buf.live_records()
+    for key in before.keys():
+        torch.testing.assert_close(after[key], before[key], rtol=0, atol=0)
+    if prioritized:
+        np.testing.assert_array_equal(buf.sampler.q[:50], q_before)
+    check_live(buf)
+    # 70 more transitions fit without evicting anything: the oldest record is still there
+    for _ in range(2):
+        feed.add(35)
+    assert len(buf) == 120
+    assert int(buf.live_records()["state_gid"][0]) == int(before["state_gid"][0])
+    check_live(buf)
+    check_batch(buf)
+    with pytest.raises(ValueError, match="only grows"):
+        buf.set_capacity(100)
+
+
+def rollout(t_count: int, frame_shape=(1, 2, 2), float_dim=2) -> dict:
+    """A cut race whose state s has floats [0, s]."""
+    return {
+        "frames": [np.full(frame_shape, s % 256, dtype=np.uint8) for s in range(t_count + 1)],
+        "state_float": [
+            np.concatenate(([0.0, s], np.zeros(float_dim - 2))).astype(np.float32)
+            for s in range(t_count + 1)
+        ],
+        "actions": [s % 12 for s in range(t_count)],
+        "action_was_greedy": [True] * t_count,
+        "rewards": [1.0] * t_count,
+        "potentials": {},
+        "finished": False,
+    }
+
+
+def small_config(**over):
+    cfg = {"capacity_schedule": [[0, 30000]], "learning_starts": 100, "chunk_length": 64}
+    return {**cfg, **over}
+
+
+def test_test_split_is_five_percent_in_chunks():
+    # Races of 20000 actions: 313 chunks of 64 (the last has 32 transitions); each chunk
+    # goes to buffer_test with probability 0.05.
+    rb = make_buffers(small_config(capacity_schedule=[[0, 120_000]]), (1, 2, 2), 2, seed=5)
+    n_train, n_test = rb.add_rollout(rollout(20_000), gamma=1.0)
+    assert n_train + n_test == 20_000
+    assert len(rb.buffer) == n_train and len(rb.buffer_test) == n_test > 0
+    # buffer_test holds whole chunks: runs of race steps starting at multiples of 64
+    gids = rb.buffer_test.live_records()["state_gid"]
+    test_t = torch.sort(rb.buffer_test.states.gather(gids)[1][:, 1].long()).values
+    chunks = torch.unique(test_t // 64)
+    expected = torch.cat([torch.arange(c * 64, min(c * 64 + 64, 20_000)) for c in chunks.tolist()])
+    torch.testing.assert_close(test_t, expected)
+    # over 5 races (1565 chunks) the share is 5% +- 0.55% (one sd): allow 3.6 sd
+    race = rollout(20_000)
+    for _ in range(4):
+        n_tr, n_te = rb.add_rollout(race, gamma=1.0)
+        n_train, n_test = n_train + n_tr, n_test + n_te
+    assert n_train + n_test == 100_000
+    assert 0.03 < n_test / 100_000 < 0.07
+    assert rb.ready and not make_buffers(small_config(), (1, 2, 2), 2).ready
+
+
+def test_capacity_follows_the_frame_schedule():
+    cfg = small_config(
+        capacity_schedule=[[0, 100], [1000, 300]], test_fraction=0.1, learning_starts=50
+    )
+    rb = make_buffers(cfg, (1, 2, 2), 2)
+    assert (rb.buffer.capacity, rb.buffer_test.capacity) == (100, 10)
+    rb.add_rollout(rollout(150), gamma=1.0)
+    assert not rb.update_capacity(999)
+    assert rb.update_capacity(1000)
+    assert (rb.buffer.capacity, rb.buffer_test.capacity) == (300, 30)
+
+
+def test_bytes_per_transition():
+    # 1x120x160: state row 19200 + 184*4 + 4 = 19940 bytes, rows = ceil(2000*1.05) + 4 = 2104,
+    # records 38 bytes: (2104*19940 + 2000*38) / 2000 = 21014.9 bytes = 1.0945x the frame.
+    rb = make_buffers(small_config(capacity_schedule=[[0, 2000]]), (1, 120, 160), 184)
+    rb.add_rollout(rollout(300, (1, 120, 160), 184), gamma=1.0)  # allocates the record ring
+    per = rb.buffer.bytes_per_transition()
+    assert record_nbytes(3) == 38
+    assert per == pytest.approx((2104 * 19940 + 2000 * 38) / 2000)
+    assert per <= 1.2 * 19200
+    assert rb.bytes_per_transition() <= 1.2 * 19200  # buffer and buffer_test together
+    # 1x48x64: the 184 float32 features alone are 736 bytes, 24% of a 3072-byte frame, so
+    # 1.2x cannot be met with exact floats: (2104*3812 + 2000*38) / 2000 = 1.318x the frame.
+    small = make_buffers(small_config(capacity_schedule=[[0, 2000]]), (1, 48, 64), 184)
+    small.add_rollout(rollout(300, (1, 48, 64), 184), gamma=1.0)
+    assert small.buffer.bytes_per_transition() == pytest.approx((2104 * 3812 + 2000 * 38) / 2000)
+
+
+def test_prioritized_sampling_and_updates():
+    # alpha = beta = 1: P(i) = p_i / sum p and weights (p_i / min p)^-1.
+    buf = TransitionBuffer(8, FRAME, F, 3, 140, prioritized=True, alpha=1.0, beta=1.0, seed=3)
+    feed = Feeder(buf)
+    feed.add(4)  # slots 0..3, all at the initial max priority 1
+    assert buf.sampler.q[:4].tolist() == pytest.approx([1.0] * 4)
+    buf.update_priorities(torch.arange(4), torch.tensor([1.0, 2.0, 3.0, 4.0]))
+    idx, w = [], []
+    for _ in range(80):
+        b = buf.sample(500)
+        idx.append(b["indices"])
+        w.append(b["weights"])
+    idx, w = torch.cat(idx), torch.cat(w)
+    freq = torch.bincount(idx, minlength=8).double() / len(idx)
+    np.testing.assert_allclose(freq[:4], [0.1, 0.2, 0.3, 0.4], atol=0.01)  # 40k draws
+    assert freq[4:].sum() == 0
+    np.testing.assert_allclose(w, 1.0 / (idx + 1).float(), rtol=1e-5)  # (i+1)^-1
+    # a new transition gets the largest priority seen (4): P = 4 / 14
+    feed.add(1)
+    assert buf.sampler.q[4] == pytest.approx(4.0)
+    freq = torch.bincount(buf.sample(40_000)["indices"], minlength=8).double() / 40_000
+    assert freq[4] == pytest.approx(4 / 14, abs=0.01)
+    # uniform buffers accept the call and keep weights at 1
+    plain = TransitionBuffer(8, FRAME, F, 3, 140)
+    Feeder(plain).add(4)
+    plain.update_priorities(torch.arange(4), torch.ones(4))
+    assert (plain.sample(16)["weights"] == 1).all()
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_save_load_round_trip(tmp_path, prioritized):
+    cfg = small_config(
+        capacity_schedule=[[0, 300]], prioritized=prioritized, test_fraction=0.2, chunk_length=8
+    )
+    rb = make_buffers(cfg, (1, 2, 2), 2, seed=7)
+    for t in (90, 130, 170, 60):  # 450 transitions: buffer wrapped
+        rb.add_rollout(rollout(t), gamma=1.0)
+    if prioritized:
+        b = rb.sample(64)
+        rb.update_priorities(b["indices"], torch.rand(64) * 5)
+    rb.update_capacity(10)
+    path = tmp_path / "replay.pt"
+    rb.save(path)
+    other = make_buffers(cfg, (1, 2, 2), 2, seed=99)
+    other.load(path)
+    assert other.frames == 10
+    for a, b in ((rb.buffer, other.buffer), (rb.buffer_test, other.buffer_test)):
+        assert len(a) == len(b) > 0
+        ra, rb_ = a.live_records(), b.live_records()
+        for key in ra.keys():
+            torch.testing.assert_close(ra[key], rb_[key], rtol=0, atol=0)
+        for x, y in zip(a.states.gather(ra["state_gid"]), b.states.gather(rb_["state_gid"])):
+            torch.testing.assert_close(x, y, rtol=0, atol=0)
+        if prioritized:
+            np.testing.assert_array_equal(
+                a.sampler.q[a._live_positions().numpy()], b.sampler.q[: len(b)]
+            )
+            assert a.sampler.max_priority == b.sampler.max_priority
+        else:
+            # same generator state, same records in the same order: identical batches
+            sa, sb = a.sample(128), b.sample(128)
+            for key in sa:
+                if key != "indices":
+                    torch.testing.assert_close(sa[key], sb[key], rtol=0, atol=0)
+    # the split generator was restored too: the next race splits the same way
+    assert rb.add_rollout(rollout(400), 1.0) == other.add_rollout(rollout(400), 1.0)
+    # a checkpoint of other frames does not load; nor does a file that is not one
+    with pytest.raises(ValueError, match="frames"):
+        make_buffers(cfg, (1, 3, 3), 2).load(path)
+    (tmp_path / "bad.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(ValueError, match="not a readable replay checkpoint"):
+        other.load(tmp_path / "bad.pt")
+
+
+def test_config_errors_name_the_key():
+    with pytest.raises(ConfigError, match=r"^buffer.test_fraction: must be in \[0, 0.5\]"):
+        make_buffers({"test_fraction": 0.7}, FRAME, F)
+    with pytest.raises(ConfigError, match=r"^buffer.capacity_schedule: capacity only grows"):
+        make_buffers({"capacity_schedule": [[0, 100], [10, 50]], "learning_starts": 10}, FRAME, F)
+    with pytest.raises(ConfigError, match=r"^buffer.learning_starts: 20000 exceeds"):
+        make_buffers({"capacity_schedule": [[0, 100]]}, FRAME, F)
+    with pytest.raises(ConfigError, match=r"^buffer.mini_race_duration_ms: 7010 ms is not"):
+        make_buffers({"mini_race_duration_ms": 7010}, FRAME, F)
+    with pytest.raises(ConfigError, match=r"^buffer.n_step: unknown key"):
+        make_buffers({"n_step": 3}, FRAME, F)
+
+
+def test_float_only_buffers_store_no_frames():
+    # network without an image: rollouts carry no frames, batches carry no images
+    rb = make_buffers(small_config(capacity_schedule=[[0, 500]]), None, 2)
+    race_ = rollout(50)
+    race_["frames"] = []
+    n_train, n_test = rb.add_rollout(race_, 1.0)
+    assert n_train + n_test == 50 and len(rb) == n_train
+    batch = rb.sample(32)
+    assert "state_img" not in batch and "next_state_img" not in batch
+    assert batch["state_float"].shape == (32, 2)
+    assert rb.buffer.states.frames.nbytes == 0

@@ -1,0 +1,119 @@
+"""iqn_loss on a hand-computed case, and the non-finite loss guard.
+
+The case (B=1, N=2 online taus, N'=2 target taus, A=2 actions):
+  q_online  rows = online quantiles, columns = actions: [[1, 5], [3, 0]], taus [0.2, 0.6]
+  action 0 -> Z(s, a) = [1, 3]
+  q_target_next = [[2, 0], [4, 1]]: mean per action [3, 0.5] -> a* = 0 -> Z' = [2, 4]
+  reward 0.5, discount 0.5 -> target = 0.5 + 0.5 * [2, 4] = [1.5, 2.5]
+  u_ij = target_j - Z_i:  i=0 (tau 0.2): [0.5, 1.5] (>= 0: weight |0.2 - 0| = 0.2)
+                          i=1 (tau 0.6): [-1.5, -0.5] (< 0: weight |0.6 - 1| = 0.4)
+"""
+
+import pytest
+import torch
+
+from trackmind.agent.loss import NonFiniteGuard, iqn_loss, quantile_huber
+
+Q_ONLINE = [[[1.0, 5.0], [3.0, 0.0]]]
+TAUS = [[0.2, 0.6]]
+Q_TARGET_NEXT = [[[2.0, 0.0], [4.0, 1.0]]]
+
+
+def case(discounts=(0.5,)):
+    """The hand-computed sample, repeated once per discount."""
+    b = len(discounts)
+    q = torch.tensor(Q_ONLINE * b, requires_grad=True)
+    taus = torch.tensor(TAUS * b)
+    actions = torch.zeros(b, dtype=torch.int64)
+    qn = torch.tensor(Q_TARGET_NEXT * b, requires_grad=True)
+    rewards = torch.full((b,), 0.5)
+    return q, taus, actions, qn, rewards, torch.tensor(discounts)
+
+
+def test_pure_quantile_loss_kappa_zero():
+    # rho = weight * |u|: i=0: 0.2 * [0.5, 1.5] = [0.1, 0.3], mean 0.2
+    #                     i=1: 0.4 * [1.5, 0.5] = [0.6, 0.2], mean 0.4 -> sum 0.6
+    loss, per_sample = iqn_loss(*case(), kappa=0.0)
+    assert per_sample.tolist() == pytest.approx([0.6])
+    assert loss.item() == pytest.approx(0.6)
+
+
+def test_huber_branch_kappa_one():
+    # huber/kappa: |u| <= 1: 0.5 u^2; else |u| - 0.5. |u| = 0.5 -> 0.125, 1.5 -> 1.0
+    # i=0: 0.2 * [0.125, 1.0] = [0.025, 0.2], mean 0.1125
+    # i=1: 0.4 * [1.0, 0.125] = [0.4, 0.05], mean 0.225 -> sum 0.3375
+    loss, per_sample = iqn_loss(*case(), kappa=1.0)
+    assert per_sample.tolist() == pytest.approx([0.3375])
+    assert loss.item() == pytest.approx(0.3375)
+
+
+def test_small_kappa_tends_to_the_quantile_loss():
+    loss, _ = iqn_loss(*case(), kappa=1e-6)
+    assert loss.item() == pytest.approx(0.6, abs=1e-5)
+
+
+def test_terminal_discount_zero_ignores_the_next_state():
+    # target = [0.5, 0.5]; i=0 (Z=1): u = -0.5 twice, weight 0.8 -> 0.4
+    #                      i=1 (Z=3): u = -2.5 twice, weight 0.4 -> 1.0 -> sum 1.4
+    _, per_sample = iqn_loss(*case(discounts=(0.0,)), kappa=0.0)
+    assert per_sample.tolist() == pytest.approx([1.4])
+
+
+def test_double_dqn_picks_the_action_with_the_online_network():
+    # q_online_next means per action [0, 1] -> a* = 1 -> Z' = target column 1 = [0, 1]
+    # target = 0.5 + 0.5 * [0, 1] = [0.5, 1.0]
+    # i=0 (Z=1, tau 0.2): u = [-0.5, 0.0] -> 0.8 * [0.5, 0] -> mean 0.2
+    # i=1 (Z=3, tau 0.6): u = [-2.5, -2.0] -> 0.4 * [2.5, 2.0] -> mean 0.9 -> sum 1.1
+    q_online_next = torch.tensor([[[0.0, 1.0], [0.0, 1.0]]])
+    _, per_sample = iqn_loss(*case(), kappa=0.0, q_online_next=q_online_next)
+    assert per_sample.tolist() == pytest.approx([1.1])
+
+
+def test_weights_and_per_sample_output():
+    # sample 0: the base case (0.6); sample 1: terminal (1.4)
+    args = case(discounts=(0.5, 0.0))
+    loss, per_sample = iqn_loss(*args, kappa=0.0)
+    assert per_sample.shape == (2,)
+    assert per_sample.tolist() == pytest.approx([0.6, 1.4])
+    assert loss.item() == pytest.approx(1.0)
+    loss_w, _ = iqn_loss(*args, kappa=0.0, weights=torch.tensor([1.0, 3.0]))
+    assert loss_w.item() == pytest.approx((0.6 * 1 + 1.4 * 3) / 2)
+
+
+def test_gradient_reaches_only_the_online_quantiles_of_the_taken_action():
+    q, taus, actions, qn, rewards, discounts = case()
+    loss, per_sample = iqn_loss(q, taus, actions, qn, rewards, discounts, kappa=0.0)
+    loss.backward()
+    # d/dZ_0 of mean_j 0.2 * (target_j - Z_0) = -0.2; d/dZ_1 of mean_j 0.4 * (Z_1 - t_j) = 0.4
+    torch.testing.assert_close(q.grad, torch.tensor([[[-0.2, 0.0], [0.4, 0.0]]]))
+    assert qn.grad is None
+    assert not per_sample.requires_grad
+
+
+def test_quantile_huber_is_continuous_at_kappa():
+    u = torch.tensor([0.999999, 1.0, 1.000001])
+    rho = quantile_huber(u, torch.tensor(0.5), kappa=1.0)
+    assert rho.tolist() == pytest.approx([0.25, 0.25, 0.25], abs=1e-5)
+
+
+def test_negative_kappa_is_refused():
+    with pytest.raises(ValueError, match="kappa"):
+        iqn_loss(*case(), kappa=-1.0)
+
+
+def test_guard_skips_counts_and_resets_the_streak():
+    guard = NonFiniteGuard(max_in_a_row=3)
+    assert guard.check(torch.tensor(1.0))
+    assert not guard.check(torch.tensor(float("nan")))
+    assert not guard.check(float("inf"))
+    assert guard.check(torch.tensor(0.5))  # a finite loss ends the streak
+    assert guard.skipped == 2 and guard.in_a_row == 0
+    assert not guard.check(torch.tensor(float("nan")))
+    assert not guard.check(torch.tensor(float("nan")))
+    with pytest.raises(FloatingPointError, match="3 steps in a row .5 skipped in total"):
+        guard.check(torch.tensor(float("-inf")))
+
+
+def test_guard_needs_a_positive_limit():
+    with pytest.raises(ValueError):
+        NonFiniteGuard(0)

@@ -1,0 +1,182 @@
+"""IQN network: presets, parameter count, taus, config validation, input scaling, inference."""
+
+import inspect
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from trackmind.agent.inference import greedy_q, make_inference_network
+from trackmind.agent.network import IQNNetwork, random_taus, stratified_symmetric_taus
+from trackmind.agent.network_config import build_network, network_config
+from trackmind.errors import ConfigError
+
+CONF = Path(__file__).resolve().parents[1] / "conf" / "network"
+PRESETS = {"iqn_linesight": (120, 160), "iqn_cpu": (48, 64), "iqn_floats": None}
+FLOATS = 184
+
+
+def preset(name: str) -> dict:
+    return OmegaConf.to_container(OmegaConf.load(CONF / f"{name}.yaml"))
+
+
+def inputs(net: IQNNetwork, batch: int, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    img = None
+    if net.image_shape is not None:
+        img = torch.randint(0, 256, (batch, *net.image_shape), dtype=torch.uint8, generator=g)
+    return img, torch.randn(batch, FLOATS, generator=g)
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_presets_output_quantiles(name):
+    net = build_network(preset(name), FLOATS, PRESETS[name])
+    img, floats = inputs(net, 3)
+    n = preset(name)["n_quantiles_train"]
+    z = net(img, floats, stratified_symmetric_taus(3, n))
+    assert z.shape == (3, n, 12)
+    assert torch.isfinite(z).all()
+
+
+def test_linesight_parameter_count():
+    net = build_network(preset("iqn_linesight"), FLOATS, (120, 160))
+    assert sum(p.numel() for p in net.parameters()) == 6_578_333
+    assert net.feature_dim == 5632 + 256
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_preset_keys_mirror_the_constructor(name):
+    args = set(inspect.signature(IQNNetwork).parameters) - {"float_mean", "float_std"}
+    extra = {"n_quantiles_train", "n_quantiles_inference", "compile"}
+    assert set(preset(name)) == args | extra
+
+
+def test_stratified_symmetric_taus():
+    n = 8
+    taus = stratified_symmetric_taus(1000, n, torch.Generator().manual_seed(0))
+    assert taus.shape == (1000, n)
+    # symmetric: the second half mirrors the first around 1/2
+    torch.testing.assert_close(taus[:, : n // 2] + taus[:, n // 2 :], torch.ones(1000, n // 2))
+    # stratified: exactly one tau in each interval [k/n, (k+1)/n)
+    strata = torch.sort((taus * n).floor().long(), dim=1).values
+    assert (strata == torch.arange(n)).all()
+    # uniform inside its stratum: the first one averages 1/(2n)
+    assert taus[:, 0].mean().item() == pytest.approx(1 / (2 * n), abs=0.005)
+
+
+def test_taus_reproducible_and_random_taus():
+    a = random_taus(4, 32, torch.Generator().manual_seed(1))
+    b = random_taus(4, 32, torch.Generator().manual_seed(1))
+    assert a.shape == (4, 32) and torch.equal(a, b)
+    assert ((a >= 0) & (a < 1)).all()
+
+
+@pytest.mark.parametrize("n", [7, 0, -2])
+def test_odd_or_empty_tau_count_is_refused(n):
+    with pytest.raises(ValueError, match="even"):
+        stratified_symmetric_taus(2, n)
+
+
+@pytest.mark.parametrize(
+    ("change", "float_dim", "frame_shape", "key", "fragment"),
+    [
+        ({"n_quantiles_train": 7}, FLOATS, (48, 64), "n_quantiles_train", "even"),
+        ({}, FLOATS, (120, 160), "image_shape", "(1, 120, 160)"),
+        ({}, FLOATS, None, "image_shape", "renders no frames"),
+        ({}, 100, (48, 64), "float_dim", "100 floats"),
+        ({"hidden": 3}, FLOATS, (48, 64), "hidden", "unknown key"),
+        ({"dense_hidden": 0}, FLOATS, (48, 64), "dense_hidden", "positive"),
+        ({"float_hidden": [128, -1]}, FLOATS, (48, 64), "float_hidden", "positive"),
+        ({"conv_kernels": [8, 4]}, FLOATS, (48, 64), "conv_channels", "same length"),
+        ({"conv_kernels": [8, 4, 5]}, FLOATS, (48, 64), "conv_kernels", "to nothing"),
+        ({"compile": "jit"}, FLOATS, (48, 64), "compile", "none, script, compile"),
+        ({"image_shape": [48, 64]}, FLOATS, (48, 64), "image_shape", "[C, H, W]"),
+    ],
+)
+def test_bad_config_names_the_key(change, float_dim, frame_shape, key, fragment):
+    cfg = {**preset("iqn_cpu"), **change}
+    with pytest.raises(ConfigError) as e:
+        build_network(cfg, float_dim, frame_shape)
+    assert e.value.key == f"network.{key}"
+    assert fragment in str(e.value)
+
+
+def test_config_defaults_and_env_float_dim():
+    cfg = network_config({"image_shape": None, "float_dim": None}, 20, (48, 64))
+    assert cfg.float_dim == 20 and cfg.n_quantiles_train == 8 and cfg.compile == "none"
+    assert cfg.dense_hidden == 512  # Linesight's size when not given
+
+
+def test_uint8_frames_are_scaled_inside_the_network():
+    net = build_network(preset("iqn_cpu"), FLOATS, (48, 64))
+    seen = {}
+    net.image_head.register_forward_pre_hook(lambda m, args: seen.update(x=args[0]))
+    img = torch.tensor([0, 128, 255], dtype=torch.uint8).repeat_interleave(1024)
+    img = img.reshape(1, 1, 48, 64)
+    net(img, torch.zeros(1, FLOATS), torch.full((1, 2), 0.5))
+    x = seen["x"].flatten()
+    assert x.dtype == torch.float32
+    assert x[0].item() == -1.0 and x[1024].item() == 0.0 and x[2048].item() == 127 / 128
+    assert img.dtype == torch.uint8 and img.flatten()[2048].item() == 255  # input untouched
+
+
+def test_floats_are_normalised_by_buffers():
+    mean, std = torch.linspace(-1, 1, FLOATS), torch.linspace(0.5, 2, FLOATS)
+    net = build_network(preset("iqn_floats"), FLOATS, None, float_mean=mean, float_std=std)
+    assert {"float_mean", "float_std"} <= set(net.state_dict())  # saved with checkpoints
+    seen = {}
+    net.float_head.register_forward_pre_hook(lambda m, args: seen.update(x=args[0]))
+    floats = torch.randn(2, FLOATS)
+    net(None, floats, torch.full((2, 2), 0.5))
+    torch.testing.assert_close(seen["x"], (floats - mean) / std)
+    with pytest.raises(ValueError, match="positive"):
+        net.set_float_stats(std=torch.zeros(FLOATS))
+    with pytest.raises(ValueError, match="184 values"):
+        net.set_float_stats(mean=torch.zeros(3))
+
+
+def test_greedy_q_is_the_mean_over_random_taus():
+    net = build_network(preset("iqn_floats"), FLOATS, None).eval()
+    _, floats = inputs(net, 5)
+    q = greedy_q(net, None, floats, 32, torch.Generator().manual_seed(3))
+    taus = random_taus(5, 32, torch.Generator().manual_seed(3))
+    torch.testing.assert_close(q, net(None, floats, taus).mean(dim=1))
+    assert q.shape == (5, 12)
+
+
+@pytest.mark.parametrize("name", ["iqn_cpu", "iqn_floats"])
+def test_script_mode_matches_eager_and_follows_new_weights(name):
+    net = build_network(preset(name), FLOATS, PRESETS[name])
+    inf = make_inference_network(net, "script")
+    assert inf.mode == "script"
+    img, floats = inputs(net, 16)
+    taus = random_taus(16, 32)
+    torch.testing.assert_close(inf(img, floats, taus), net(img, floats, taus))
+    fresh = build_network(preset(name), FLOATS, PRESETS[name])
+    inf.load_state_dict(fresh.state_dict())  # a collector pulling the learner's weights
+    torch.testing.assert_close(inf(img, floats, taus), fresh(img, floats, taus))
+
+
+def test_failed_compilation_falls_back_to_eager(monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("no compiler here")
+
+    monkeypatch.setattr(torch.jit, "script", broken)
+    net = build_network(preset("iqn_floats"), FLOATS, None)
+    with pytest.warns(RuntimeWarning, match="no compiler here"):
+        inf = make_inference_network(net, "script")
+    assert inf.mode == "none" and inf.fn is net
+    with pytest.raises(ValueError, match="inference mode"):
+        make_inference_network(net, "fast")
+
+
+@pytest.mark.slow
+def test_compile_mode_matches_eager():
+    net = build_network(preset("iqn_floats"), FLOATS, None)
+    inf = make_inference_network(net, "compile")
+    _, floats = inputs(net, 4)
+    taus = random_taus(4, 32)
+    torch.testing.assert_close(inf(None, floats, taus), net(None, floats, taus))
+    assert math.isfinite(greedy_q(inf, None, floats, 32).sum().item())

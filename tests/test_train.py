@@ -1,0 +1,205 @@
+"""The learning loop end to end: scripts/train.py with real processes, queue, buffers, MLflow.
+
+Each test runs the real script in a subprocess (spawned collectors, the SQLite MLflow
+store under the test's folder) with the `debug=smoke` settings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from trackmind.errors import ConfigError
+from trackmind.training.datamodule import replay_ratio_allows
+from trackmind.training.factory import plan_run
+from trackmind.training.race_stats import race_ratio
+
+ROOT = Path(__file__).resolve().parents[1]
+TRAIN = ROOT / "scripts" / "train.py"
+
+
+def _args(tmp: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        str(TRAIN),
+        "debug=smoke",
+        f"hydra.run.dir={tmp / 'run'}",
+        f"logger.tracking_uri=sqlite:///{tmp / 'mlflow.db'}",
+        *extra,
+    ]
+
+
+def _env() -> dict:
+    return {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+
+def _collectors(pid: int) -> list[int]:
+    """Spawned collector processes of `pid` (multiprocessing spawn children)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            cmd = (d / "cmdline").read_bytes().decode(errors="replace")
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == pid and "spawn_main" in cmd:
+            out.append(int(d.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _wait_for_collector(proc: subprocess.Popen, timeout_s: float = 60) -> int:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        kids = _collectors(proc.pid)
+        if kids:
+            return kids[0]
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        time.sleep(0.2)
+    raise AssertionError("no collector process appeared")
+
+
+def test_smoke_run_learns_syncs_weights_and_records_races(tmp_path):
+    t0 = time.monotonic()
+    res = subprocess.run(_args(tmp_path), capture_output=True, text=True, env=_env(), timeout=180)
+    elapsed = time.monotonic() - t0
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert elapsed < 60, f"smoke run took {elapsed:.0f} s"
+    s = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert s["global_step"] == 40 and s["samples_learned"] == 40 * 32  # batches were learned
+    assert s["weights_published"] > 1
+    assert max(s["race_weights_versions"]) > 1  # races were driven by published weights
+    assert s["races"] > 0 and s["transitions"] > 0 and s["frames"] >= s["transitions"]
+    assert s["collector_restarts"] == 0
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    run = client.get_run(s["mlflow_run_id"])
+    assert run.data.params["learner.batch_size"] == "32"
+    assert run.data.params["map.cycle/0/map"] == "starter"
+    for metric in (
+        "train/loss",
+        "race/starter/finish_rate",
+        "throughput/samples_per_s",
+        "objective",
+    ):
+        assert metric in run.data.metrics, metric
+    assert run.data.tags["overrides"].startswith("debug=smoke")
+
+
+def test_killed_collector_is_restarted_and_buffer_kept(tmp_path):
+    proc = subprocess.Popen(
+        _args(tmp_path, "trainer.max_steps=-1", "trainer.max_time_s=25"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+    )
+    try:
+        victim = _wait_for_collector(proc)
+        time.sleep(6)  # let it fill the buffer
+        os.kill(victim, signal.SIGKILL)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    s = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert s["collector_restarts"] >= 1 and s["restarts"]
+    at_restart = s["restarts"][0]
+    assert at_restart["buffer"] > 0
+    assert s["buffer_size"] >= at_restart["buffer"]  # nothing buffered was lost
+    assert s["transitions_added"] > at_restart["transitions_added"]  # the new collector works
+    assert "collector 0 died" in out + err  # logged
+
+
+def test_ctrl_c_leaves_no_child_process(tmp_path):
+    proc = subprocess.Popen(
+        _args(tmp_path, "trainer.max_steps=-1", "trainer.max_time_s=120", "collector.processes=2"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+    )
+    try:
+        _wait_for_collector(proc)
+        time.sleep(5)
+        kids = _collectors(proc.pid)
+        assert len(kids) == 2
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    deadline = time.monotonic() + 10
+    while any(_alive(k) for k in kids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [k for k in kids if _alive(k)]
+
+
+# --- bad input: refused before any process starts ---------------------------------------
+def _plan(*overrides: str):
+    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
+        cfg = compose("train", overrides=list(overrides))
+    return plan_run(cfg)
+
+
+@pytest.mark.parametrize(
+    "overrides, key",
+    [
+        (["map.cycle=[{map: nowhere}]"], "map.cycle[0].map"),
+        (["env.frame_shape=[120,160]"], "network.image_shape"),
+        (["network.float_dim=100"], "network.float_dim"),
+        (["learner.batch_size=0"], "learner.batch_size"),
+        (["collector.processes=0"], "collector.processes"),
+        (["network.n_quantiles_train=7"], "network.n_quantiles_train"),
+        (["reward.terms.progress.weight=fast"], "reward.terms.progress.weight"),
+        (["+learner.momentum=0.9"], "learner.momentum"),
+    ],
+)
+def test_bad_config_is_refused_naming_the_key(overrides, key):
+    with pytest.raises(ConfigError) as e:
+        _plan(*overrides)
+    assert str(e.value).startswith(key + ":")
+
+
+def test_default_config_plans_and_matches_the_network():
+    plan = _plan()
+    assert plan.frame_shape == (48, 64) and plan.float_dim == 184
+    assert plan.cycle.entries[0].name == "starter"
+    assert _plan("network=iqn_linesight").frame_shape == (120, 160)
+
+
+def test_bad_config_exits_2_with_one_line_before_any_process(tmp_path):
+    res = subprocess.run(
+        _args(tmp_path, "map.cycle=[{map: nowhere}]"), capture_output=True, text=True, timeout=120
+    )
+    assert res.returncode == 2
+    lines = [x for x in res.stderr.splitlines() if x.strip()]
+    assert lines[-1].startswith("config error: map.cycle[0].map:") and "nowhere" in lines[-1]
+    assert not (tmp_path / "mlflow.db").exists()  # nothing started, nothing recorded
+
+
+def test_replay_ratio_rule():
+    # ratio 4: 10 new transitions allow 40 samples; a batch of 8 fits at 32, not at 33
+    assert replay_ratio_allows(32, 8, 10, 4.0)
+    assert not replay_ratio_allows(33, 8, 10, 4.0)
+    assert race_ratio(12_000, 10_000) == 1.2 and race_ratio(None, 10_000) is None
