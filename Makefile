@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 # torch first, pinned: on this CPU machine it is a local CPU build (no multi-GB CUDA wheels)
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: install test test-slow train bench lint format clean
+.PHONY: install test test-slow train drive mlflow-ui bench bench-learner lint format clean
 
 install: $(STAMP)
 
@@ -24,10 +24,19 @@ test-slow: $(STAMP)
 	$(PY) -m pytest -m slow
 
 train: $(STAMP)
+	$(PY) scripts/train.py $(ARGS)
+
+drive: $(STAMP)
 	$(PY) scripts/drive.py
+
+mlflow-ui: $(STAMP)
+	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///outputs/mlflow.db --host 127.0.0.1 --port 5000
 
 bench: $(STAMP)
 	$(PY) scripts/bench_env.py
+
+bench-learner: $(STAMP)
+	$(PY) scripts/bench_learner.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src scripts tests

@@ -352,3 +352,19 @@ def test_bad_frame_shape_names_the_key():
     env["frame_shape"] = [0, 160]
     with pytest.raises(ConfigError, match=r"^env.frame_shape:"):
         RaceEnv(env=env)
+
+
+def test_speed_potential_pays_the_speed_gained():
+    mgr = build_reward_manager(
+        {"shaping": "env", "terms": {"speed_potential": {"weight": 2.0, "params": {"scale": 0.05}}}}
+    )
+    env = SimpleNamespace(
+        n_cars=2, car=SimpleNamespace(velocity=np.array([[0.0, 1, 0], [10, 0, 0]]))
+    )
+    mgr.bind(env)
+    mgr.reset(np.array([0, 1]))
+    env.car = SimpleNamespace(velocity=np.array([[4.0, 0, 0], [8, 0, 0]]))
+    total, parts = mgr.compute()
+    # Phi = 0.05 * forward speed: car 0 0 -> 0.2, car 1 0.5 -> 0.4; weight 2
+    np.testing.assert_allclose(total, [2 * 0.2, 2 * -0.1])
+    np.testing.assert_allclose(mgr.potentials()["speed_potential"], [0.4, 0.8])

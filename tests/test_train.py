@@ -103,6 +103,30 @@ def test_smoke_run_learns_syncs_weights_and_records_races(tmp_path):
     ):
         assert metric in run.data.metrics, metric
     assert run.data.tags["overrides"].startswith("debug=smoke")
+    # the final network evaluates greedily on a procedural map it never saw
+    ckpt = tmp_path / "run" / "agent.pt"
+    res = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "evaluate.py"),
+            str(ckpt),
+            "--maps",
+            "procedural:5",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    row = [x for x in res.stdout.splitlines() if x.startswith("| procedural:5 |")]
+    assert len(row) == 1 and "s |" in row[0]
+    bad = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "evaluate.py"), str(tmp_path / "nope.pt")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert bad.returncode == 2 and bad.stderr.strip().endswith("checkpoint not found")
 
 
 def test_killed_collector_is_restarted_and_buffer_kept(tmp_path):

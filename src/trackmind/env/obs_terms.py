@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 import gymnasium as gym
+import numba as nb
 import numpy as np
 
 from trackmind.env.manager import register_term
@@ -189,16 +190,19 @@ class ZoneCenters(VectorlikeTerm):
         self.size = 3 * self.n
 
     def _vector(self, raw: Any) -> np.ndarray:
-        car = raw.car
-        centers = self.env.upcoming_zone_centers(self.n)  # (B, n, 2) world
-        dx = centers[:, :, 0] - car.position[:, None, 0]
-        dy = centers[:, :, 1] - car.position[:, None, 1]
-        dz = -car.position[:, None, 2]
-        rot = car.rotation[:, None]  # car frame = R^T (p - pos): component j = sum_k d_k R[k, j]
-        local = np.empty((len(centers), self.n, 3), np.float32)
-        for j in range(3):
-            local[:, :, j] = dx * rot[..., 0, j] + dy * rot[..., 1, j] + dz * rot[..., 2, j]
-        return local.reshape(len(centers), -1)
+        car, env = raw.car, self.env
+        out = np.empty((len(car.position), 3 * self.n), np.float32)
+        _zones_in_car_frame(
+            env.zone_table,
+            env.zone_offsets,
+            env.zone_counts,
+            car.zone_idx,
+            car.position,
+            car.rotation,
+            self.n,
+            out,
+        )
+        return out
 
     def _scale(self) -> np.ndarray:
         return np.repeat(10.0 * np.arange(1, self.n + 1), 3).astype(np.float32)
@@ -212,6 +216,19 @@ class ZoneCenters(VectorlikeTerm):
     @property
     def std(self) -> np.ndarray:
         return 0.5 * self._scale()
+
+
+@nb.njit(cache=True)
+def _zones_in_car_frame(zones, off, count, zone_idx, pos, rot, n, out):  # pragma: no cover
+    """out[b, 3k:3k+3] = R_b^T (center_{zone_idx+1+k} - pos_b), centers clamped to the list."""
+    for b in range(out.shape[0]):
+        for k in range(n):
+            i = min(zone_idx[b] + 1 + k, count[b] - 1)
+            dx = zones[off[b] + i, 0] - pos[b, 0]
+            dy = zones[off[b] + i, 1] - pos[b, 1]
+            dz = -pos[b, 2]
+            for j in range(3):
+                out[b, 3 * k + j] = dx * rot[b, 0, j] + dy * rot[b, 1, j] + dz * rot[b, 2, j]
 
 
 @register_term("observation", "distance_to_finish")

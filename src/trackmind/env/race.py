@@ -128,6 +128,19 @@ class VecRace:
         k = np.minimum(k, self._zone_n[:, None] - 1)
         return self._zones[self._zone_off[:, None] + k]
 
+    @property
+    def zone_table(self) -> np.ndarray:
+        """Zone centers of every map in use, concatenated (Z, 2); see zone_offsets/counts."""
+        return self._zones
+
+    @property
+    def zone_offsets(self) -> np.ndarray:
+        return self._zone_off
+
+    @property
+    def zone_counts(self) -> np.ndarray:
+        return self._zone_n
+
     # --- internals ----------------------------------------------------------------------
     def _set_raw(self, raw) -> None:
         self.raw = raw

@@ -96,3 +96,20 @@ class ZoneDistanceShaping(PotentialTerm):
         ahead = self.env.upcoming_zone_centers(1)[:, 0, :]
         dist = np.linalg.norm(ahead - self.env.car.position[:, :2], axis=1)
         return zone_distance_potential(dist, self.scale, self.min_m, self.max_m)
+
+
+@register_term("reward", "speed_potential")
+class SpeedShaping(PotentialTerm):
+    """Potential on forward speed: Phi = scale * v. Pays for accelerating at once.
+
+    From a standstill one 50 ms action of throttle moves the car centimetres, so progress
+    alone rewards it only through long bootstrapped chains; this potential rewards the
+    speed gained right away, and being a potential it does not change the best policy.
+    """
+
+    def __init__(self, scale: float = 0.05, gamma: float = 1.0) -> None:
+        super().__init__(gamma=gamma)
+        self.scale = float(scale)
+
+    def potential(self) -> np.ndarray:
+        return self.scale * self.env.car.velocity[:, 0]

@@ -146,7 +146,6 @@ class ReplayDataModule(L.LightningDataModule):
         None when the run's deadline passes while waiting (the trainer is told to stop).
         """
         t0 = time.perf_counter()
-        self.drain()
         while True:
             if self.buffers.ready:
                 if self.transitions_at_start is None:
@@ -164,8 +163,9 @@ class ReplayDataModule(L.LightningDataModule):
             self.check_collectors()
             self.drain(block_s=0.05)
             if self.deadline is not None and time.monotonic() > self.deadline:
-                if self._trainer is not None:
-                    self.trainer.should_stop = True
+                trainer = getattr(self, "trainer", None)
+                if trainer is not None:
+                    trainer.should_stop = True
                 return None
             if self.wait_timeout_s is not None and time.perf_counter() - t0 > self.wait_timeout_s:
                 raise TimeoutError(

@@ -3,7 +3,8 @@
 Greedy races are the evaluation: their times per map, and the ratio to the map's reference
 time, are the figures users compare. Exploration races count towards finish rates and
 throughput. Metric names: race/<map>/time, race/<map>/ratio, race/<map>/best_ratio,
-race/<map>/finish_rate, throughput/transitions_per_s, collector/<stage>_ms_per_action.
+race/<map>/finish_rate, race/<map>/progress (share of the race distance driven),
+throughput/transitions_per_s, collector/<stage>_ms_per_action.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
+
+import numpy as np
 
 
 def race_ratio(race_time_ms: float | None, reference_ms: float) -> float | None:
@@ -25,6 +28,7 @@ class RaceStats:
     """Running race records, per map; `metrics()` summarises the window since last call."""
 
     reference_ms: dict[str, float] = field(default_factory=dict)
+    length_m: dict[str, float] = field(default_factory=dict)
     window: int = 20
     races: int = 0
     transitions: int = 0
@@ -34,6 +38,9 @@ class RaceStats:
     def __post_init__(self) -> None:
         self.greedy_times: dict[str, deque] = defaultdict(lambda: deque(maxlen=self.window))
         self.finishes: dict[str, deque] = defaultdict(lambda: deque(maxlen=self.window))
+        self.progress: dict[str, deque] = defaultdict(lambda: deque(maxlen=self.window))
+        self.greedy_progress: dict[str, float] = {}
+        self.greedy_accel: dict[str, float] = {}
         self.best_ms: dict[str, float] = {}
         self.last_greedy: dict[str, float | None] = {}
         self.greedy_races: dict[str, int] = defaultdict(int)
@@ -47,6 +54,15 @@ class RaceStats:
         self.races += 1
         self.transitions += int(n_transitions)
         self.finishes[m].append(bool(r["finished"]))
+        length = self.length_m.get(m)
+        meters = r.get("meters_advanced_along_centerline")
+        if length and meters is not None and len(meters):
+            share = min(1.0, max(0.0, float(max(meters)) / length))
+            self.progress[m].append(share)
+            if r.get("greedy"):
+                self.greedy_progress[m] = share
+        if r.get("greedy") and len(r.get("input_w", ())):
+            self.greedy_accel[m] = float(np.mean(r["input_w"]))
         if "weights_version" in r:
             self.weights_versions.add(int(r["weights_version"]))
         if r.get("finished"):
@@ -65,6 +81,12 @@ class RaceStats:
         out: dict[str, float] = {"races/total": float(self.races)}
         for m, fin in self.finishes.items():
             out[f"race/{m}/finish_rate"] = sum(fin) / len(fin)
+            if self.progress[m]:
+                out[f"race/{m}/progress"] = sum(self.progress[m]) / len(self.progress[m])
+            if m in self.greedy_progress:
+                out[f"race/{m}/greedy_progress"] = self.greedy_progress[m]
+            if m in self.greedy_accel:
+                out[f"race/{m}/greedy_accel_share"] = self.greedy_accel[m]
             ref = self.reference_ms.get(m)
             last = self.last_greedy.get(m)
             if last is not None:

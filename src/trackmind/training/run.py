@@ -109,7 +109,10 @@ def train(
         publish=lambda online: publish_weights(shared, online),
         on_priorities=buffers.update_priorities if buffers.config.prioritized else None,
     )
-    stats = RaceStats(reference_ms={e.name: reference_time_ms(e.track) for e in plan.cycle.entries})
+    stats = RaceStats(
+        reference_ms={e.name: reference_time_ms(e.track) for e in plan.cycle.entries},
+        length_m={e.name: e.track.length_m for e in plan.cycle.entries},
+    )
     pool = CollectorPool(
         cfg, shared, int(ccfg["processes"]), int(ccfg["max_restarts"]), int(cfg.get("seed", 0))
     )
@@ -156,10 +159,10 @@ def train(
         enable_model_summary=False,
         default_root_dir=str(output_dir),
     )
-    if max_time:  # a learner waiting for data also stops in time
+    if max_time:  # a learner starved of data still stops (Lightning's own timer acts first)
         import time
 
-        dm.deadline = time.monotonic() + float(max_time) + 5.0
+        dm.deadline = time.monotonic() + float(max_time) + 60.0
     log.info("outputs: %s", output_dir)
     if logger is not None and hasattr(logger, "run_id"):
         log.info("MLflow run %s in %s", logger.run_id, cfg["logger"].get("tracking_uri"))
@@ -168,6 +171,8 @@ def train(
     finally:
         pool.stop()
     result = objective(stats, [e.name for e in plan.cycle.entries])
+    ckpt = output_dir / "agent.pt"  # the final online network with the config that built it
+    torch.save({"network": module.online_network.state_dict(), "config": cfg}, ckpt)
     summary = {
         "objective": result if math.isfinite(result) else None,
         "global_step": int(trainer.global_step),
@@ -190,4 +195,5 @@ def train(
     if logger is not None and hasattr(logger, "experiment"):
         logger.experiment.log_metric(logger.run_id, "objective", result)
         logger.experiment.log_artifact(logger.run_id, str(output_dir / "summary.json"))
+        logger.experiment.log_artifact(logger.run_id, str(ckpt))
     return result

@@ -1,0 +1,387 @@
+"""Learner throughput: samples/s of a full IQN learner step per network preset.
+
+    python scripts/bench_learner.py                     # all presets, batch 512, 2 threads
+    python scripts/bench_learner.py --quick             # fewer repeats, smaller buffers
+    python scripts/bench_learner.py --presets iqn_cpu --threads 4 --amp
+
+One step of ours is what the learner does per batch: ReplayBuffers.sample (records, frame
+gather and the mini-race collate), batch to the device, IQNLightningModule.compute_loss
+(stratified taus, online forward, target forward, iqn_loss), backward, gradient clipping
+and a RAdam step. Logging, priorities and target updates are left out. Beside it, in the
+same process and interleaved repeat by repeat (machines are noisy), runs a plain eager
+reference: the same architecture and quantile Huber loss written with plain torch ops in
+this file, fed pre-made tensors already on the device, so the ratio shows what our buffer,
+collate and network code cost over the bare computation. Figures are medians of repeats.
+
+The buffers are filled with synthetic races (random frames of the preset's image shape,
+184 random floats); bytes per transition is the allocated size of buffer + buffer_test per
+slot. With CUDA, GPU rows are added (frames travel as uint8, scaled on the device).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import math
+import os
+import statistics
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from omegaconf import OmegaConf
+from torch import nn
+
+from trackmind.agent.network_config import NetworkConfig, build_network, network_config
+from trackmind.replay.buffers import ReplayBuffers, make_buffers
+from trackmind.training.module import IQNLightningModule, schedule_from
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+PRESETS = ("iqn_cpu", "iqn_floats", "iqn_linesight")
+FLOAT_DIM = 184  # the environment's float features (env/obs_terms.py)
+LEAK = 0.01
+BUDGET_SAMPLES = 5_000  # iqn_cpu on 2 CPU cores
+BUDGET_COLLATE = 0.15  # share of the step in sample + collate
+BUDGET_BYTES = 1.2  # bytes per transition over one frame's bytes, at 1x120x160
+
+
+def load_group(group: str, name: str) -> dict:
+    return OmegaConf.to_container(OmegaConf.load(CONF / group / f"{name}.yaml"), resolve=True)
+
+
+# ---- the plain eager reference ------------------------------------------------------------
+
+
+class PlainIQN(nn.Module):
+    """The preset's IQN architecture in plain torch ops (same layers, same input scaling)."""
+
+    def __init__(self, nc: NetworkConfig) -> None:
+        super().__init__()
+        self.n_actions, self.emb_dim = nc.n_actions, nc.embedding_dim
+        self.conv = None
+        features = 0
+        if nc.image_shape is not None:
+            layers, c = [], nc.image_shape[0]
+            for c_out, k, s in zip(nc.conv_channels, nc.conv_kernels, nc.conv_strides):
+                layers += [nn.Conv2d(c, c_out, k, s), nn.LeakyReLU(LEAK)]
+                c = c_out
+            self.conv = nn.Sequential(*layers, nn.Flatten())
+            with torch.no_grad():
+                features = self.conv(torch.zeros(1, *nc.image_shape)).shape[1]
+        sizes = [nc.float_dim, *nc.float_hidden]
+        self.mlp = nn.Sequential(
+            *(m for a, b in zip(sizes, sizes[1:]) for m in (nn.Linear(a, b), nn.LeakyReLU(LEAK)))
+        )
+        features += sizes[-1]
+        self.embed = nn.Linear(nc.embedding_dim, features)
+        self.adv = nn.Sequential(
+            nn.Linear(features, nc.dense_hidden),
+            nn.LeakyReLU(LEAK),
+            nn.Linear(nc.dense_hidden, nc.n_actions),
+        )
+        self.val = nn.Sequential(
+            nn.Linear(features, nc.dense_hidden), nn.LeakyReLU(LEAK), nn.Linear(nc.dense_hidden, 1)
+        )
+        self.register_buffer("mean", torch.zeros(nc.float_dim))
+        self.register_buffer("std", torch.ones(nc.float_dim))
+
+    def forward(self, img, floats, taus):
+        x = self.mlp((floats - self.mean) / self.std)
+        if self.conv is not None:
+            x = torch.cat([self.conv((img.float() - 128.0) / 128.0), x], dim=1)
+        freqs = torch.arange(1, self.emb_dim + 1, device=taus.device) * math.pi
+        emb = F.leaky_relu(self.embed(torch.cos(taus[..., None] * freqs)), LEAK)
+        h = (emb * x[:, None, :]).flatten(0, 1)
+        a, v = self.adv(h), self.val(h)
+        return (v + a - a.mean(dim=1, keepdim=True)).view(*taus.shape, self.n_actions)
+
+
+def plain_quantile_huber_loss(z, taus, actions, z_next, rewards, discounts, kappa):
+    """Mean over the batch of sum_online mean_target |tau - 1{u<0}| * huber(u) / kappa."""
+    rows = torch.arange(z.shape[0], device=z.device)
+    z_a = z[rows, :, actions]  # (B, N)
+    with torch.no_grad():
+        best = z_next.mean(dim=1).argmax(dim=1)
+        target = rewards[:, None] + discounts[:, None] * z_next[rows, :, best]  # (B, N')
+    u = target[:, None, :] - z_a[:, :, None]
+    huber = torch.where(u.abs() <= kappa, 0.5 * u * u / kappa, u.abs() - 0.5 * kappa)
+    weight = (taus[:, :, None] - (u < 0).to(u.dtype)).abs()
+    return (weight * huber).mean(dim=2).sum(dim=1).mean()
+
+
+# ---- one step of each ----------------------------------------------------------------------
+
+
+class Stepper:
+    """Optimizer, clipping and (optional) fp16 autocast with loss scaling, shared by both."""
+
+    def __init__(self, params, learner: dict, device: torch.device, amp: bool) -> None:
+        self.params = list(params)
+        self.opt = torch.optim.RAdam(
+            self.params,
+            lr=schedule_from(learner["lr"], "lr")(0),
+            eps=float(learner["adam_eps"]),
+            weight_decay=float(learner["weight_decay"]),
+        )
+        self.clip = float(learner["grad_clip_norm"])
+        self.amp = amp and device.type == "cuda"
+        self.scaler = torch.amp.GradScaler("cuda") if self.amp else None
+        self.device = device
+
+    def autocast(self):
+        return torch.autocast("cuda", dtype=torch.float16) if self.amp else nullcontext()
+
+    def update(self, loss: torch.Tensor) -> None:
+        self.opt.zero_grad(set_to_none=True)
+        if self.scaler is None:
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(self.params, self.clip)
+            self.opt.step()
+            return
+        self.scaler.scale(loss).backward()
+        self.scaler.unscale_(self.opt)
+        torch.nn.utils.clip_grad_norm_(self.params, self.clip)
+        self.scaler.step(self.opt)
+        self.scaler.update()
+
+
+class Ours:
+    """A learner step on our code: buffer sample + collate, compute_loss, update."""
+
+    def __init__(self, rb: ReplayBuffers, module: IQNLightningModule, stepper: Stepper, batch):
+        self.rb, self.module, self.stepper, self.batch = rb, module, stepper, batch
+        self.sample_s = 0.0
+
+    def step(self) -> None:
+        t0 = time.perf_counter()
+        batch = self.rb.sample(self.batch)
+        self.sample_s += time.perf_counter() - t0
+        dev = self.stepper.device
+        batch = {k: v.to(dev, non_blocking=True) for k, v in batch.items()}
+        with self.stepper.autocast():
+            loss, _, _ = self.module.compute_loss(batch)
+        self.stepper.update(loss)
+
+
+class Reference:
+    """The plain eager step on pre-made tensors: forward x2, inline loss, update."""
+
+    def __init__(self, nc: NetworkConfig, learner: dict, device, batch: int, amp: bool) -> None:
+        self.online = PlainIQN(nc).to(device)
+        self.target = copy.deepcopy(self.online).requires_grad_(False)
+        self.stepper = Stepper(self.online.parameters(), learner, device, amp)
+        self.kappa, self.n = float(learner["kappa"]), nc.n_quantiles_train
+        g = torch.Generator().manual_seed(0)
+        img = None
+        if nc.image_shape is not None:
+            img = torch.randint(0, 256, (2, batch, *nc.image_shape), generator=g, dtype=torch.uint8)
+        self.img = None if img is None else img.to(device)
+        self.floats = torch.randn(2, batch, nc.float_dim, generator=g).to(device)
+        self.actions = torch.randint(0, nc.n_actions, (batch,), generator=g).to(device)
+        self.rewards = torch.randn(batch, generator=g).to(device)
+        self.discounts = torch.full((batch,), 0.99).to(device)
+        self.sample_s = 0.0
+
+    def step(self) -> None:
+        b, dev = len(self.actions), self.stepper.device
+        img, next_img = (None, None) if self.img is None else self.img
+        with self.stepper.autocast():
+            taus = torch.rand(b, self.n, device=dev)
+            z = self.online(img, self.floats[0], taus)
+            with torch.no_grad():
+                z_next = self.target(next_img, self.floats[1], torch.rand(b, self.n, device=dev))
+            loss = plain_quantile_huber_loss(
+                z, taus, self.actions, z_next, self.rewards, self.discounts, self.kappa
+            )
+        self.stepper.update(loss)
+
+
+# ---- setup and timing ----------------------------------------------------------------------
+
+
+def fill_buffers(nc: NetworkConfig, transitions: int, gamma: float, seed: int = 0):
+    """ReplayBuffers of ``transitions`` slots filled with synthetic races of 500 actions."""
+    shape = nc.image_shape
+    cfg = {"capacity_schedule": [[0, transitions]], "learning_starts": 1}
+    rb = make_buffers(cfg, shape, FLOAT_DIM, seed=seed)
+    rng = np.random.default_rng(seed)
+    added = 0
+    while added < transitions:
+        t = min(500, transitions - added)
+        race = {
+            "frames": rng.integers(0, 256, (t + 1, *shape), dtype=np.uint8) if shape else (),
+            "state_float": rng.standard_normal((t + 1, FLOAT_DIM), dtype=np.float32),
+            "actions": rng.integers(0, nc.n_actions, t),
+            "action_was_greedy": rng.random(t) < 0.9,
+            "rewards": rng.standard_normal(t),
+            "potentials": {},
+            "finished": bool(rng.random() < 0.5),
+        }
+        rb.add_rollout(race, gamma)
+        added += t
+    return rb
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_steps(runner, steps: int, device) -> tuple[float, float]:
+    """Seconds for ``steps`` steps and the part of them spent in sample + collate."""
+    runner.sample_s = 0.0
+    sync(device)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        runner.step()
+    sync(device)
+    return time.perf_counter() - t0, runner.sample_s
+
+
+def bench_preset(name: str, devices: list[str], args, learner: dict) -> list[dict]:
+    """Rows for one preset: one buffer, then ours and the reference on each device."""
+    raw = load_group("network", name)
+    frame = None if raw["image_shape"] is None else tuple(raw["image_shape"][1:])
+    nc = network_config(raw, FLOAT_DIM, frame)
+    transitions = args.transitions or default_transitions(nc, args.quick)
+    rb = fill_buffers(nc, transitions, gamma=schedule_from(learner["gamma"], "gamma")(0))
+    rows = []
+    for device in map(torch.device, devices):
+        net = build_network(nc, FLOAT_DIM, frame)
+        module = IQNLightningModule(net, learner, nc.n_quantiles_train, nc.n_quantiles_train)
+        module.to(device)
+        stepper = Stepper(module.online_network.parameters(), learner, device, args.amp)
+        ours = Ours(rb, module, stepper, args.batch)
+        ref = Reference(nc, learner, device, args.batch, args.amp)
+        n_ours = sum(p.numel() for p in module.online_network.parameters())
+        n_ref = sum(p.numel() for p in ref.online.parameters())
+        assert n_ours == n_ref, f"{name}: the reference has {n_ref} parameters, ours {n_ours}"
+        ours_s, ref_s, shares, steps = interleave(ours, ref, device, args)
+        rows.append(
+            {
+                "preset": name,
+                "device": device.type + (" amp" if stepper.amp else ""),
+                "ours": args.batch / statistics.median(ours_s),
+                "ref": args.batch / statistics.median(ref_s),
+                "share": statistics.median(shares),
+                "bytes": rb.bytes_per_transition(),
+                "frame_bytes": math.prod(nc.image_shape) if nc.image_shape else None,
+                "transitions": transitions,
+                "steps": steps,
+            }
+        )
+        print(f"{name} on {device.type}: {rows[-1]['ours']:,.0f} samples/s", flush=True)
+    return rows
+
+
+def interleave(ours: Ours, ref: Reference, device, args):
+    """Seconds a step of each, repeat by repeat (alternating which goes first), and the
+    sample + collate share of ours; every repeat runs about ``repeat_s`` of our steps."""
+    for runner in (ours, ref):  # warm up: allocations, first-call costs
+        time_steps(runner, 1, device)
+    steps = max(1, round(args.repeat_s / time_steps(ours, 1, device)[0]))
+    ours_s, ref_s, shares = [], [], []
+    for r in range(args.repeats):
+        for runner in (ours, ref) if r % 2 == 0 else (ref, ours):
+            total, sample = time_steps(runner, steps, device)
+            if runner is ours:
+                ours_s.append(total / steps)
+                shares.append(sample / total)
+            else:
+                ref_s.append(total / steps)
+    return ours_s, ref_s, shares, steps
+
+
+def default_transitions(nc: NetworkConfig, quick: bool) -> int:
+    """20k transitions; 10k for 120x160 frames (memory, fill time); a quarter with --quick."""
+    big = nc.image_shape is not None and math.prod(nc.image_shape) > 10_000
+    return (10_000 if big else 20_000) // (4 if quick else 1)
+
+
+def print_table(rows: list[dict], args) -> None:
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(
+        f"\nlearner step at batch {args.batch}, {args.threads} torch threads, median of "
+        f"{args.repeats} interleaved repeats (load average {load}: other work skews the figures)"
+    )
+    print(
+        "| preset | device | ours samples/s | eager ref samples/s | ratio | collate share "
+        "| bytes/transition | x frame |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        frame = f"{r['bytes'] / r['frame_bytes']:.2f}" if r["frame_bytes"] else "no frame"
+        print(
+            f"| {r['preset']} | {r['device']} | {r['ours']:,.0f} | {r['ref']:,.0f} "
+            f"| {r['ours'] / r['ref']:.2f} | {100 * r['share']:.1f}% | {r['bytes']:,.0f} "
+            f"| {frame} |"
+        )
+    for r in rows:
+        print(
+            f"{r['preset']} {r['device']}: buffer of {r['transitions']:,} transitions, "
+            f"{r['steps']} steps a repeat"
+        )
+
+
+def print_budgets(rows: list[dict]) -> None:
+    """The issue's budgets (2 CPU cores) next to the figures, pass or not."""
+    cpu = [r for r in rows if r["device"] == "cpu"]
+    print("\nbudgets (2 CPU cores):")
+    for r in cpu:
+        if r["preset"] == "iqn_cpu":
+            ok = r["ours"] >= BUDGET_SAMPLES
+            print(f"- iqn_cpu >= {BUDGET_SAMPLES:,} samples/s: {r['ours']:,.0f} {verdict(ok)}")
+    for r in cpu:
+        ok = r["share"] < BUDGET_COLLATE
+        print(
+            f"- {r['preset']} collate < {BUDGET_COLLATE:.0%} of the step: "
+            f"{100 * r['share']:.1f}% {verdict(ok)}"
+        )
+    for r in cpu:
+        if r["frame_bytes"] is None:
+            print(f"- {r['preset']}: {r['bytes']:,.0f} bytes/transition (no frame)")
+            continue
+        x = r["bytes"] / r["frame_bytes"]
+        if r["frame_bytes"] >= 120 * 160:
+            print(f"- {r['preset']} <= {BUDGET_BYTES}x frame bytes: {x:.2f}x {verdict(x <= 1.2)}")
+        else:
+            print(
+                f"- {r['preset']}: {x:.2f}x its {r['frame_bytes']:,}-byte frame (the budget is "
+                f"for 1x120x160; 184 float32 features alone are {4 * FLOAT_DIM} bytes)"
+            )
+
+
+def verdict(ok: bool) -> str:
+    return "(ok)" if ok else "(OVER BUDGET)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="fewer repeats, smaller buffers")
+    ap.add_argument("--presets", nargs="+", default=list(PRESETS), choices=PRESETS)
+    ap.add_argument("--batch", type=int, default=512)
+    ap.add_argument("--threads", type=int, default=2, help="torch threads (the learner's cores)")
+    ap.add_argument("--repeats", type=int, help="timed repeats of each (default 7, quick 3)")
+    ap.add_argument("--transitions", type=int, help="buffer size (default 20k; 10k at 120x160)")
+    ap.add_argument("--repeat-s", type=float, help="seconds of steps a repeat (2, quick 0.5)")
+    ap.add_argument("--devices", nargs="+", choices=("cpu", "cuda"), help="default: all found")
+    ap.add_argument("--amp", action="store_true", help="fp16 autocast on the GPU")
+    args = ap.parse_args(argv)
+    args.repeats = args.repeats or (3 if args.quick else 7)
+    args.repeat_s = args.repeat_s or (0.5 if args.quick else 2.0)
+    devices = args.devices or ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    if "cuda" in devices and not torch.cuda.is_available():
+        ap.error("--devices cuda: CUDA is not available")
+    torch.set_num_threads(args.threads)
+    learner = load_group("learner", "iqn")
+    rows = [row for name in args.presets for row in bench_preset(name, devices, args, learner)]
+    print_table(rows, args)
+    print_budgets(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,129 @@
+"""Greedy races of a trained agent on any map: race time, ratio to reference, finish rate.
+
+    python scripts/evaluate.py outputs/<run>/agent.pt                      # its training maps
+    python scripts/evaluate.py agent.pt --maps hairpins procedural:42 --races 3
+    python scripts/evaluate.py agent.pt --maps starter --trace             # actions and Q
+
+The checkpoint carries the config it was trained with (network, env, reward), so the same
+observations are built; maps may be any built-in, procedural or imported map, including
+maps the agent never saw. Exit status 2 with one line on a bad checkpoint or map.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from trackmind.game.actions import ACTION_NAMES
+
+
+def load_checkpoint(path: str) -> dict:
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"{path}: checkpoint not found")
+    try:
+        ckpt = torch.load(p, map_location="cpu", weights_only=False)
+    except Exception as e:  # any unreadable file is the same error to the user
+        raise ValueError(f"{path}: not a trackmind checkpoint ({type(e).__name__})") from None
+    if not isinstance(ckpt, dict) or "network" not in ckpt or "config" not in ckpt:
+        raise ValueError(f"{path}: not a trackmind checkpoint (no network/config)")
+    return ckpt
+
+
+def evaluate(ckpt: dict, maps: list[str], races: int, trace: bool = False) -> list[dict]:
+    """Greedy races (one car each) on every map; a row of results per map."""
+    from trackmind.agent.inference import greedy_q
+    from trackmind.env.build import make_race
+    from trackmind.game.map_cycle import MapCycle
+    from trackmind.game.rollout import GameInstanceManager
+    from trackmind.sim.reference import reference_time_ms
+    from trackmind.training.factory import build_network_from, resolve_frame_shape
+
+    cfg = resolve_frame_shape(ckpt["config"])
+    cycle = MapCycle.from_config([{"map": m, "exploration": 0, "greedy": 1} for m in maps])
+    rows = []
+    for entry in cycle.entries:
+        race = make_race(cfg["env"], cfg["reward"], n_cars=1, maps=entry.track)
+        stats = race.observation.term("float")
+        net = build_network_from(
+            cfg,
+            race.frame_shape if race.frame_shape[0] else None,
+            stats.size,
+            stats.mean,
+            stats.std,
+        )
+        net.load_state_dict(ckpt["network"])
+        net.eval()
+        gen = torch.Generator().manual_seed(0)
+        k = int(cfg["network"].get("n_quantiles_inference", 32))
+
+        def policy(obs, greedy, net=net, gen=gen, k=k):
+            img = torch.from_numpy(obs["frame"]) if "frame" in obs else None
+            q = greedy_q(net, img, torch.from_numpy(obs["float"]), k, gen).numpy()
+            return q.argmax(axis=1), q, np.ones(len(q), bool)
+
+        gim = GameInstanceManager(race, cycle)
+        ref = reference_time_ms(entry.track)
+        times, results = [], []
+        for _ in range(races):
+            r = gim.rollout(policy, entry, greedy=True)
+            results.append(r)
+            if r["finished"]:
+                times.append(r["race_time"])
+        if trace and results:
+            r = results[-1]
+            for t in range(0, len(r["actions"]), max(1, len(r["actions"]) // 40)):
+                q = r["q_values"][t]
+                print(
+                    f"  t={t:4d} {r['meters_advanced_along_centerline'][t]:7.1f} m "
+                    f"{ACTION_NAMES[r['actions'][t]]:>18s}  Q max {q.max():+.3f} "
+                    f"spread {q.max() - q.min():.3f}"
+                )
+        best = min(times) if times else None
+        progress = max(max(r["meters_advanced_along_centerline"]) for r in results)
+        rows.append(
+            {
+                "map": entry.name,
+                "finish_rate": len(times) / races,
+                "best_s": best / 1000 if best else None,
+                "reference_s": ref / 1000,
+                "ratio": best / ref if best else None,
+                "progress": min(1.0, progress / entry.track.length_m),
+                "end": results[-1]["end"],
+            }
+        )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("checkpoint")
+    ap.add_argument("--maps", nargs="+", default=None, help="default: the training map cycle")
+    ap.add_argument("--races", type=int, default=1)
+    ap.add_argument("--trace", action="store_true", help="print actions and Q along a race")
+    args = ap.parse_args(argv)
+    try:
+        ckpt = load_checkpoint(args.checkpoint)
+        maps = args.maps or [e["map"] for e in ckpt["config"]["map"]["cycle"]]
+        rows = evaluate(ckpt, list(dict.fromkeys(maps)), args.races, args.trace)
+    except ValueError as e:  # MapError and ConfigError are ValueErrors too
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print("| map | finish rate | best time | reference | ratio | progress | last end |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        best = f"{r['best_s']:.2f} s" if r["best_s"] else "-"
+        ratio = f"{r['ratio']:.3f}" if r["ratio"] else "-"
+        print(
+            f"| {r['map']} | {r['finish_rate']:.2f} | {best} | {r['reference_s']:.2f} s | "
+            f"{ratio} | {r['progress']:.0%} | {', '.join(r['end'])} |"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
