@@ -187,8 +187,13 @@ class IQNLightningModule(L.LightningModule):
             return None
         opt.zero_grad(set_to_none=True)
         self.manual_backward(loss)
-        grad_norm = torch.nn.utils.clip_grad_norm_(
-            self.online_network.parameters(), float(self.cfg["grad_clip_norm"])
+        # Lightning's clip unscales fp16 gradients first (mixed precision on GPU)
+        self.clip_gradients(
+            opt, gradient_clip_val=float(self.cfg["grad_clip_norm"]), gradient_clip_algorithm="norm"
+        )
+        grads = [p.grad for p in self.online_network.parameters() if p.grad is not None]
+        grad_norm = torch.linalg.vector_norm(
+            torch.stack([torch.linalg.vector_norm(g) for g in grads])
         )
         opt.step()
         if self.on_priorities is not None and "indices" in batch:
@@ -208,7 +213,7 @@ class IQNLightningModule(L.LightningModule):
             "train/loss": float(loss.detach()),
             "train/q_mean": float(q.mean()),
             "train/q_max": float(q.max(dim=1).values.mean()),
-            "train/grad_norm": float(grad_norm),
+            "train/grad_norm_clipped": float(grad_norm),
             "train/lr": lr,
             "train/gamma": self.current_gamma(),
             "train/nonfinite_skipped": float(self.guard.skipped),

@@ -109,6 +109,10 @@ def train(
         publish=lambda online: publish_weights(shared, online),
         on_priorities=buffers.update_priorities if buffers.config.prioritized else None,
     )
+    from trackmind.agent.exploration import build_exploration
+
+    explorer = build_exploration(cfg["exploration"])
+    module.epsilon_now = lambda: explorer.params(shared.frames.value).epsilon
     stats = RaceStats(
         reference_ms={e.name: reference_time_ms(e.track) for e in plan.cycle.entries},
         length_m={e.name: e.track.length_m for e in plan.cycle.entries},
