@@ -37,8 +37,12 @@ def main(cfg: DictConfig) -> float:
         sys.exit(2)
     hc = HydraConfig.get()
     overrides = list(hc.overrides.task)
-    run_name = cfg.get("run_name") or (",".join(overrides) if overrides else "defaults")
+    # the run name says what differs between runs; where results are stored does not
+    named = [o for o in overrides if not o.lstrip("+~").startswith(("logger.", "hydra."))]
+    run_name = cfg.get("run_name") or (",".join(named) if named else "defaults")
     tags = {"overrides": " ".join(overrides) or "(defaults)", "hydra_output": hc.runtime.output_dir}
+    if hc.mode is not None and hc.mode.name == "MULTIRUN":  # a sweep: group its jobs
+        tags.update(sweep_dir=str(hc.sweep.dir), sweep_job=str(hc.job.num))
     return train(plan, hc.runtime.output_dir, run_name=run_name[:250], tags=tags)
 
 

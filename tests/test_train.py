@@ -129,6 +129,34 @@ def test_smoke_run_learns_syncs_weights_and_records_races(tmp_path):
     assert bad.returncode == 2 and bad.stderr.strip().endswith("checkpoint not found")
 
 
+def test_sweep_makes_one_mlflow_run_per_job(tmp_path):
+    args = [
+        sys.executable,
+        str(TRAIN),
+        "-m",
+        "debug=smoke",
+        "trainer.max_steps=10",
+        "learner.batch_size=16,32",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        f"logger.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}",
+    ]
+    res = subprocess.run(args, capture_output=True, text=True, env=_env(), timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("trackmind")
+    runs = client.search_runs([exp.experiment_id])
+    assert len(runs) == 2
+    assert sorted(r.data.params["learner.batch_size"] for r in runs) == ["16", "32"]
+    assert {r.info.run_name for r in runs} == {
+        "debug=smoke,trainer.max_steps=10,learner.batch_size=16",
+        "debug=smoke,trainer.max_steps=10,learner.batch_size=32",
+    }
+    assert {r.data.tags["sweep_job"] for r in runs} == {"0", "1"}
+    assert all("objective" in r.data.metrics for r in runs)
+
+
 def test_killed_collector_is_restarted_and_buffer_kept(tmp_path):
     proc = subprocess.Popen(
         _args(tmp_path, "trainer.max_steps=-1", "trainer.max_time_s=25"),
