@@ -3,6 +3,7 @@
     python scripts/evaluate.py outputs/<run>/agent.pt                      # its training maps
     python scripts/evaluate.py agent.pt --maps hairpins procedural:42 --races 3
     python scripts/evaluate.py agent.pt --maps starter --trace             # actions and Q
+    python scripts/evaluate.py agent.pt --plot-dir outputs/eval            # trajectory plots
 
 The checkpoint carries the config it was trained with (network, env, reward), so the same
 observations are built; maps may be any built-in, procedural or imported map, including
@@ -34,8 +35,13 @@ def load_checkpoint(path: str) -> dict:
     return ckpt
 
 
-def evaluate(ckpt: dict, maps: list[str], races: int, trace: bool = False) -> list[dict]:
-    """Greedy races (one car each) on every map; a row of results per map."""
+def evaluate(
+    ckpt: dict, maps: list[str], races: int, trace: bool = False, plot_dir: str | None = None
+) -> list[dict]:
+    """Greedy races (one car each) on every map; a row of results per map.
+
+    With `plot_dir`, the best race of each map is drawn there (trajectory coloured by speed).
+    """
     from trackmind.agent.inference import greedy_q
     from trackmind.env.build import make_race
     from trackmind.game.map_cycle import MapCycle
@@ -84,6 +90,12 @@ def evaluate(ckpt: dict, maps: list[str], races: int, trace: bool = False) -> li
                     f"spread {q.max() - q.min():.3f}"
                 )
         best = min(times) if times else None
+        if plot_dir is not None:
+            from trackmind.tracking.plots import plot_trajectory
+
+            shown = min(results, key=lambda r: r["race_time"] or float("inf"))
+            safe = entry.name.replace(":", "_").replace("/", "_")
+            print(f"wrote {plot_trajectory(entry.track, shown, Path(plot_dir) / f'{safe}.png')}")
         progress = max(max(r["meters_advanced_along_centerline"]) for r in results)
         rows.append(
             {
@@ -105,11 +117,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--maps", nargs="+", default=None, help="default: the training map cycle")
     ap.add_argument("--races", type=int, default=1)
     ap.add_argument("--trace", action="store_true", help="print actions and Q along a race")
+    ap.add_argument("--plot-dir", default=None, help="write a trajectory plot per map here")
     args = ap.parse_args(argv)
     try:
         ckpt = load_checkpoint(args.checkpoint)
         maps = args.maps or [e["map"] for e in ckpt["config"]["map"]["cycle"]]
-        rows = evaluate(ckpt, list(dict.fromkeys(maps)), args.races, args.trace)
+        rows = evaluate(ckpt, list(dict.fromkeys(maps)), args.races, args.trace, args.plot_dir)
     except ValueError as e:  # MapError and ConfigError are ValueErrors too
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -112,6 +112,8 @@ def test_smoke_run_learns_syncs_weights_and_records_races(tmp_path):
             str(ckpt),
             "--maps",
             "procedural:5",
+            "--plot-dir",
+            str(tmp_path / "eval"),
         ],
         capture_output=True,
         text=True,
@@ -120,6 +122,7 @@ def test_smoke_run_learns_syncs_weights_and_records_races(tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     row = [x for x in res.stdout.splitlines() if x.startswith("| procedural:5 |")]
     assert len(row) == 1 and "s |" in row[0]
+    assert (tmp_path / "eval" / "procedural_5.png").stat().st_size > 10_000  # trajectory plot
     bad = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "evaluate.py"), str(tmp_path / "nope.pt")],
         capture_output=True,
@@ -255,3 +258,30 @@ def test_replay_ratio_rule():
     assert replay_ratio_allows(32, 8, 10, 4.0)
     assert not replay_ratio_allows(33, 8, 10, 4.0)
     assert race_ratio(12_000, 10_000) == 1.2 and race_ratio(None, 10_000) is None
+
+
+def test_race_stats_flags_the_best_greedy_race():
+    from trackmind.training.race_stats import RaceStats
+
+    st = RaceStats(reference_ms={"m": 10_000.0}, length_m={"m": 100.0})
+
+    def race(t, greedy, finished=True):
+        meters = [0.0, 50.0, 100.0 if finished else 60.0]
+        return {
+            "map": "m",
+            "finished": finished,
+            "race_time": t if finished else None,
+            "greedy": greedy,
+            "meters_advanced_along_centerline": meters,
+            "input_w": [1.0, 0.0],
+        }
+
+    assert st.add_race(race(12_000, True), 2)  # first greedy finish
+    assert not st.add_race(race(11_000, False), 2)  # exploration races never count
+    assert not st.add_race(race(12_500, True), 2)
+    assert st.add_race(race(11_500, True), 2)
+    assert not st.add_race(race(None, True, finished=False), 2)
+    m = st.metrics()
+    assert m["race/m/best_ratio"] == 1.1  # best of all races (the exploration one)
+    assert m["race/m/finish_rate"] == 0.8 and m["race/m/greedy_progress"] == 0.6
+    assert m["race/m/greedy_accel_share"] == 0.5

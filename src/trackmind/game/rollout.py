@@ -3,8 +3,9 @@
 One rollout_results dict per race (the seeds' keys, see design.md): per-action lists of
 length T (actions, action_was_greedy, q_values, rewards, input_w) and per-state lists of
 length T + 1 (frames, state_float, meters_advanced_along_centerline, current_zone_idx,
-car_gear_and_wheels, and each potential in `potentials`), plus race_time (ms, None when the
-race was cut), finished, map, furthest_zone_idx, end (the termination terms that fired).
+car_gear_and_wheels, positions, speeds, and each potential in `potentials`), plus race_time
+(ms, None when the race was cut), finished, map, furthest_zone_idx, end (the termination
+terms that fired).
 
 With the vectorized sim every car runs its own race: `races()` steps them together with
 batched inference and yields each race as it ends; `rollout()` is the single-race form
@@ -44,6 +45,8 @@ class _RaceRecord:
             "current_zone_idx": [],
             "input_w": [],
             "car_gear_and_wheels": [],
+            "positions": [],
+            "speeds": [],
             "furthest_zone_idx": 0,
         }
 
@@ -55,6 +58,8 @@ class _RaceRecord:
         for name, phi in potentials.items():
             r["potentials"].setdefault(name, []).append(float(phi[c]))
         r["meters_advanced_along_centerline"].append(float(car.progress_m[c]))
+        r["positions"].append(car.position[c, :2].astype(np.float32))
+        r["speeds"].append(float(car.speed[c]))
         zone = int(car.zone_idx[c])
         r["current_zone_idx"].append(zone)
         r["furthest_zone_idx"] = max(r["furthest_zone_idx"], zone)

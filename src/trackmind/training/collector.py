@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import queue as queue_mod
+import shutil
 import signal
 import time
 import traceback
@@ -22,7 +23,7 @@ import torch
 
 from trackmind.training.shared import CollectorLink, pull_weights, write_spool
 
-STACKED = ("frames", "state_float", "q_values", "car_gear_and_wheels")
+STACKED = ("frames", "state_float", "q_values", "car_gear_and_wheels", "positions")
 
 
 def pack_rollout(r: dict) -> dict:
@@ -33,7 +34,7 @@ def pack_rollout(r: dict) -> dict:
             out[k] = np.stack(r[k])
     for k in ("actions", "current_zone_idx"):
         out[k] = np.asarray(r[k], np.int64)
-    for k in ("rewards", "meters_advanced_along_centerline", "input_w"):
+    for k in ("rewards", "meters_advanced_along_centerline", "input_w", "speeds"):
         out[k] = np.asarray(r[k], np.float64)
     out["action_was_greedy"] = np.asarray(r["action_was_greedy"], bool)
     out["potentials"] = {k: np.asarray(v, np.float64) for k, v in r["potentials"].items()}
@@ -114,3 +115,5 @@ def _run(cfg: dict, idx: int, shared: CollectorLink, seed: int, parent: int) -> 
             stats = gim.monitor.summary()
             _put(shared, {"type": "stats", "collector": idx, "timings": stats})
     race.close()
+    if os.getppid() != parent:  # the learner died (kill -9): nobody else will clear the spool
+        shutil.rmtree(shared.spool_dir, ignore_errors=True)

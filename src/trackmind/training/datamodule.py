@@ -85,6 +85,7 @@ class ReplayDataModule(L.LightningDataModule):
         self.check_collectors = check_collectors or (lambda: None)
         self.val_batches = int(val_batches)
         self.wait_timeout_s = wait_timeout_s
+        self.on_best_race: Callable[[dict], None] = lambda r: None  # e.g. keep best.pt
         self.deadline: float | None = None  # time.monotonic() after which waiting ends the run
         self.transitions_added = 0
         self.transitions_at_start: int | None = None
@@ -137,7 +138,8 @@ class ReplayDataModule(L.LightningDataModule):
         self.buffers.update_capacity(self.shared.frames.value)
         n_train, n_test = self.buffers.add_rollout(r, self.gamma(), self.potential_weights)
         self.transitions_added += n_train + n_test
-        self.stats.add_race(r, n_train + n_test, self.shared.frames.value)
+        if self.stats.add_race(r, n_train + n_test, self.shared.frames.value):
+            self.on_best_race(r)
 
     # --- batches out --------------------------------------------------------------------
     def next_batch(self) -> dict[str, torch.Tensor] | None:

@@ -42,6 +42,7 @@ class RaceStats:
         self.greedy_progress: dict[str, float] = {}
         self.greedy_accel: dict[str, float] = {}
         self.best_ms: dict[str, float] = {}
+        self.best_greedy_ms: dict[str, float] = {}
         self.last_greedy: dict[str, float | None] = {}
         self.greedy_races: dict[str, int] = defaultdict(int)
         self.weights_versions: set[int] = set()
@@ -49,7 +50,8 @@ class RaceStats:
         self._transitions_at_t0 = 0
         self.history: list[dict] = []  # (frames, map, greedy time) of every greedy race
 
-    def add_race(self, r: dict, n_transitions: int, frames: int = 0) -> None:
+    def add_race(self, r: dict, n_transitions: int, frames: int = 0) -> bool:
+        """Record a race; True when it is the best greedy race so far on its map."""
         m = r["map"]
         self.races += 1
         self.transitions += int(n_transitions)
@@ -65,7 +67,12 @@ class RaceStats:
             self.greedy_accel[m] = float(np.mean(r["input_w"]))
         if "weights_version" in r:
             self.weights_versions.add(int(r["weights_version"]))
+        new_best = False
         if r.get("finished"):
+            new_best = float(r["race_time"]) < self.best_greedy_ms.get(m, float("inf"))
+            new_best = new_best and bool(r.get("greedy"))
+            if new_best:
+                self.best_greedy_ms[m] = float(r["race_time"])
             self.best_ms[m] = min(self.best_ms.get(m, float("inf")), float(r["race_time"]))
         if r.get("greedy"):
             self.greedy_races[m] += 1
@@ -76,6 +83,7 @@ class RaceStats:
             self.history.append(
                 {"frames": frames, "map": m, "time_ms": t, "wall_s": time.monotonic() - self._start}
             )
+        return new_best
 
     def metrics(self) -> dict[str, float]:
         out: dict[str, float] = {"races/total": float(self.races)}

@@ -12,6 +12,7 @@ import json
 import logging
 import math
 import os
+from collections import OrderedDict
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -100,13 +101,23 @@ def train(
         ms_per_action=plan.ms_per_action,
         seed=int(cfg.get("seed", 0)),
     )
+    published: OrderedDict[int, dict] = OrderedDict()  # recent versions, for best.pt
+    net_bytes = sum(t.numel() * t.element_size() for t in net.state_dict().values())
+    keep_versions = max(4, min(64, int(256e6 // max(net_bytes, 1))))  # at most ~256 MB
+
+    def remember(version: int, online: torch.nn.Module) -> int:
+        published[version] = {k: v.detach().clone() for k, v in online.state_dict().items()}
+        while len(published) > keep_versions:
+            published.popitem(last=False)
+        return version
+
     module = IQNLightningModule(
         net,
         lcfg,
         n_quantiles_train=int(cfg["network"]["n_quantiles_train"]),
         n_quantiles_target=int(cfg["network"]["n_quantiles_train"]),
         frames=lambda: shared.frames.value,
-        publish=lambda online: publish_weights(shared, online),
+        publish=lambda online: remember(publish_weights(shared, online), online),
         on_priorities=buffers.update_priorities if buffers.config.prioritized else None,
     )
     from trackmind.agent.exploration import build_exploration
@@ -131,6 +142,20 @@ def train(
         check_collectors=pool.check,
         val_batches=int(tcfg["limit_val_batches"]),
     )
+
+    def keep_best(r: dict) -> None:
+        """Greedy policies scatter: keep the weights that drove the best greedy race."""
+        weights = published.get(int(r.get("weights_version", -1)))
+        if weights is None:  # older than the versions kept: the closest we have
+            weights = module.online_network.state_dict()
+        race = {
+            "map": r["map"],
+            "race_time_ms": r["race_time"],
+            "version": r.get("weights_version"),
+        }
+        torch.save({"network": weights, "config": cfg, "race": race}, output_dir / "best.pt")
+
+    dm.on_best_race = keep_best
     restarts: list[dict] = []
 
     def record_restart(idx: int) -> None:  # evidence that buffered data survives a restart

@@ -1,0 +1,1 @@
+"""Tracking helpers: plots of races for MLflow and evaluation."""
