@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from trackmind.env.build import build_managers, float_dim_of, frame_shape_of, make_race
-from trackmind.errors import ConfigError, check_known_keys, require
+from trackmind.errors import check_known_keys, require
 from trackmind.game.map_cycle import MapCycle
 
 TOP_KEYS = {
@@ -181,7 +181,8 @@ def plan_run(cfg: Any) -> RunPlan:
     cycle = MapCycle.from_config(cfg["map"].get("cycle"), "map.cycle")
     check_known_keys(cfg["map"], {"cycle"}, "map")
     stats = obs.term("float")
-    weights = {t.name: t.weight for t in rew.terms if t.is_potential and rew.shaping == "collate"}
+    # rollouts record Phi already multiplied by each term's weight (RewardManager.potentials)
+    recorded = [t.name for t in rew.terms if t.is_potential and rew.shaping == "collate"]
     return RunPlan(
         cfg=cfg,
         cycle=cycle,
@@ -190,7 +191,7 @@ def plan_run(cfg: Any) -> RunPlan:
         float_mean=stats.mean,
         float_std=stats.std,
         ms_per_action=ms_per_action,
-        potential_weights={k: 1.0 for k in weights},
+        potential_weights={name: 1.0 for name in recorded},
     )
 
 
@@ -212,7 +213,3 @@ def build_collector_parts(cfg: dict, n_cars: int, offset: int = 0):
         cfg, frame_shape_of(cfg["env"]), float_dim_of(race.observation), stats.mean, stats.std
     )
     return race, cycle, net
-
-
-def config_error_line(e: ConfigError) -> str:
-    return f"config error: {e}"

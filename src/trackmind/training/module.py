@@ -40,7 +40,7 @@ LEARNER_KEYS = {
 
 
 def soft_update(target: torch.nn.Module, online: torch.nn.Module, tau: float) -> None:
-    """target <- (1 - tau) * target + tau * online, parameters and float buffers."""
+    """target <- (1 - tau) * target + tau * online, for the parameters (buffers are fixed)."""
     with torch.no_grad():
         for t, o in zip(target.parameters(), online.parameters()):
             t.lerp_(o, tau)

@@ -36,7 +36,6 @@ class RaceStats:
     collector_timings: dict[int, dict] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.greedy_times: dict[str, deque] = defaultdict(lambda: deque(maxlen=self.window))
         self.finishes: dict[str, deque] = defaultdict(lambda: deque(maxlen=self.window))
         self.progress: dict[str, deque] = defaultdict(lambda: deque(maxlen=self.window))
         self.greedy_progress: dict[str, float] = {}
@@ -44,7 +43,6 @@ class RaceStats:
         self.best_ms: dict[str, float] = {}
         self.best_greedy_ms: dict[str, float] = {}
         self.last_greedy: dict[str, float | None] = {}
-        self.greedy_races: dict[str, int] = defaultdict(int)
         self.weights_versions: set[int] = set()
         self._start = self._t0 = time.monotonic()
         self._transitions_at_t0 = 0
@@ -75,11 +73,8 @@ class RaceStats:
                 self.best_greedy_ms[m] = float(r["race_time"])
             self.best_ms[m] = min(self.best_ms.get(m, float("inf")), float(r["race_time"]))
         if r.get("greedy"):
-            self.greedy_races[m] += 1
             t = float(r["race_time"]) if r.get("finished") else None
             self.last_greedy[m] = t
-            if t is not None:
-                self.greedy_times[m].append(t)
             self.history.append(
                 {"frames": frames, "map": m, "time_ms": t, "wall_s": time.monotonic() - self._start}
             )
