@@ -89,7 +89,8 @@ class ReplayDataModule(L.LightningDataModule):
         self.deadline: float | None = None  # time.monotonic() after which waiting ends the run
         self.transitions_added = 0
         self.transitions_at_start: int | None = None
-        self.samples_served = 0
+        self.samples_served = 0  # this session's (the replay ratio counts from here)
+        self.samples_served_total = 0  # earlier sessions of a resumed run
         self.wait_s = 0.0
         self.sample_s = 0.0
 
@@ -186,6 +187,27 @@ class ReplayDataModule(L.LightningDataModule):
             return self.buffers.sample_test(self.batch_size)
         except (RuntimeError, ValueError):
             return None
+
+    # --- checkpoints --------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Counters a resumed run continues from: the frame counter drives every schedule."""
+        return {
+            "frames": int(self.shared.frames.value),
+            "weights_version": int(self.shared.weights_version.value),
+            "transitions_added": int(self.transitions_added),
+            "samples_served_total": int(self.samples_served_total + self.samples_served),
+            "stats": self.stats.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore the counters; the replay ratio restarts its accounting with this session."""
+        with self.shared.frames.get_lock():
+            self.shared.frames.value = int(state["frames"])
+        with self.shared.weights_version.get_lock():
+            self.shared.weights_version.value = int(state["weights_version"])
+        self.transitions_added = int(state["transitions_added"])
+        self.samples_served_total = int(state.get("samples_served_total", 0))
+        self.stats.load_state_dict(state["stats"])
 
     def train_dataloader(self) -> DataLoader:
         return DataLoader(_TrainStream(self), batch_size=None, num_workers=0)

@@ -36,6 +36,7 @@ TOP_KEYS = {
     "resume",
     "hparams_search",
     "experiment",
+    "checkpoint",
     "hydra",
 }
 COLLECTOR_KEYS = {
@@ -172,6 +173,9 @@ def plan_run(cfg: Any) -> RunPlan:
     )
     for name in ("val_check_interval", "limit_val_batches", "log_every_n_steps", "torch_threads"):
         _int_at_least(tr, name, "trainer", 1)
+    from trackmind.training.checkpoint import validate_checkpoint_config
+
+    validate_checkpoint_config(cfg.get("checkpoint"))
     lg = cfg["logger"]
     require(
         lg.get("backend") in ("mlflow", "csv", "none"),

@@ -222,6 +222,20 @@ class IQNLightningModule(L.LightningModule):
         self.log_dict(stats, on_step=True, prog_bar=False, batch_size=b)
         return loss.detach()
 
+    # --- checkpoints --------------------------------------------------------------------
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["learner_counters"] = {
+            "samples_learned": int(self.samples_learned),
+            "samples_since_target_update": int(self.samples_since_target_update),
+            "nonfinite_skipped": int(self.guard.skipped),
+        }
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        c = checkpoint.get("learner_counters", {})
+        self.samples_learned = int(c.get("samples_learned", 0))
+        self.samples_since_target_update = int(c.get("samples_since_target_update", 0))
+        self.guard.skipped = int(c.get("nonfinite_skipped", 0))
+
     def validation_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int):
         loss, _, _ = self.compute_loss(batch)
         self.log("val/loss", float(loss), on_epoch=True, batch_size=int(batch["action"].shape[0]))

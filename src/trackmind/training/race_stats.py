@@ -80,6 +80,39 @@ class RaceStats:
             )
         return new_best
 
+    def state_dict(self) -> dict:
+        """Plain containers only (checkpoints load with weights_only=True)."""
+        return {
+            "races": self.races,
+            "transitions": self.transitions,
+            "collector_errors": self.collector_errors,
+            "finishes": {m: list(d) for m, d in self.finishes.items()},
+            "progress": {m: list(d) for m, d in self.progress.items()},
+            "best_ms": dict(self.best_ms),
+            "best_greedy_ms": dict(self.best_greedy_ms),
+            "last_greedy": dict(self.last_greedy),
+            "weights_versions": sorted(self.weights_versions),
+            "history": list(self.history),
+            "wall_s": time.monotonic() - self._start,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue a resumed run's records (best times, finish rates, greedy history)."""
+        self.races = int(state["races"])
+        self.transitions = int(state["transitions"])
+        self.collector_errors = int(state.get("collector_errors", 0))
+        for m, vals in state["finishes"].items():
+            self.finishes[m].extend(vals)
+        for m, vals in state["progress"].items():
+            self.progress[m].extend(vals)
+        self.best_ms.update(state["best_ms"])
+        self.best_greedy_ms.update(state["best_greedy_ms"])
+        self.last_greedy.update(state["last_greedy"])
+        self.weights_versions.update(state["weights_versions"])
+        self.history = list(state["history"])
+        self._start = time.monotonic() - float(state.get("wall_s", 0.0))
+        self._t0, self._transitions_at_t0 = time.monotonic(), self.transitions
+
     def metrics(self) -> dict[str, float]:
         out: dict[str, float] = {"races/total": float(self.races)}
         for m, fin in self.finishes.items():

@@ -23,10 +23,17 @@ import torch
 from trackmind.replay.buffers import make_buffers
 from trackmind.sim.reference import reference_time_ms
 from trackmind.training.callbacks import CollectorCallback, RaceMetricsCallback
+from trackmind.training.checkpoint import (
+    CheckpointCallback,
+    check_network_matches,
+    read_checkpoint,
+    validate_checkpoint_config,
+)
 from trackmind.training.datamodule import ReplayDataModule
 from trackmind.training.factory import RunPlan, build_network_from
 from trackmind.training.module import IQNLightningModule
 from trackmind.training.pool import CollectorPool
+from trackmind.training.progress import RaceProgressBar
 from trackmind.training.race_stats import RaceStats
 from trackmind.training.shared import make_shared, publish_weights
 
@@ -46,7 +53,14 @@ def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def make_logger(cfg: dict, output_dir: Path, run_name: str | None, tags: dict[str, str]):
+def make_logger(
+    cfg: dict,
+    output_dir: Path,
+    run_name: str | None,
+    tags: dict[str, str],
+    run_id: str | None = None,
+):
+    """The configured Lightning logger; with `run_id`, the MLflow run a resume continues."""
     lg = cfg["logger"]
     if lg["backend"] == "none":
         return None
@@ -63,9 +77,51 @@ def make_logger(cfg: dict, output_dir: Path, run_name: str | None, tags: dict[st
         experiment_name=lg["experiment_name"],
         tracking_uri=uri,
         run_name=run_name,
-        tags=tags,
+        tags=None if run_id else tags,
         log_model=False,
+        run_id=run_id,
     )
+
+
+def log_config_artifact(logger: Any, cfg: dict, output_dir: Path) -> None:
+    """The resolved config as config.yaml beside the params (what re-runs it exactly)."""
+    if not hasattr(logger, "run_id"):
+        return
+    from omegaconf import OmegaConf
+
+    path = output_dir / "config.yaml"
+    path.write_text(OmegaConf.to_yaml({k: v for k, v in cfg.items() if k != "hydra"}))
+    logger.experiment.log_artifact(logger.run_id, str(path))
+
+
+def start_system_metrics(logger: Any, lcfg: dict):
+    """MLflow's CPU/memory/disk/network (and GPU) sampler for this run; None if unavailable."""
+    every = lcfg.get("system_metrics_every_s", 10)
+    if not every:
+        return None
+    try:
+        from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+        mon = SystemMetricsMonitor(
+            logger.run_id,
+            sampling_interval=float(every),
+            resume_logging=True,
+            tracking_uri=lcfg["tracking_uri"],
+        )
+        mon.start()
+        return mon
+    except Exception as e:  # psutil missing or the store refuses: training goes on
+        log.warning("no system metrics: %s", e)
+        return None
+
+
+def restore_buffers(buffers: Any, path: Path) -> None:
+    """The replay buffer saved with the checkpoint; a missing/corrupt one is only a warning."""
+    try:
+        buffers.load(path)
+        log.info("replay buffer restored from %s (%d transitions)", path, len(buffers))
+    except (OSError, ValueError) as e:
+        log.warning("replay buffer not restored (%s): it refills from the collectors", e)
 
 
 def objective(stats: RaceStats, maps: list[str]) -> float:
@@ -79,9 +135,18 @@ def objective(stats: RaceStats, maps: list[str]) -> float:
 
 
 def train(
-    plan: RunPlan, output_dir: str | Path, run_name: str | None = None, tags: dict | None = None
+    plan: RunPlan,
+    output_dir: str | Path,
+    run_name: str | None = None,
+    tags: dict | None = None,
+    resume: Path | None = None,
 ) -> float:
+    """Fit, summarise, return the objective; `resume`: a checkpoint of this run to continue."""
     cfg = plan.cfg
+    ckpt = read_checkpoint(resume) if resume is not None else None
+    saved = ckpt["trackmind"] if ckpt is not None else None
+    if saved is not None and Path(saved["output_dir"]).is_dir():
+        output_dir = saved["output_dir"]  # a resumed run keeps writing where it started
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     tcfg, lcfg, ccfg = cfg["trainer"], cfg["learner"], cfg["collector"]
@@ -120,6 +185,9 @@ def train(
         publish=lambda online: remember(publish_weights(shared, online), online),
         on_priorities=buffers.update_priorities if buffers.config.prioritized else None,
     )
+    if ckpt is not None:  # refuse another architecture before any process starts
+        check_network_matches(ckpt["state_dict"], module)
+        del ckpt
     from trackmind.agent.exploration import build_exploration
 
     explorer = build_exploration(cfg["exploration"])
@@ -164,10 +232,25 @@ def train(
         )
 
     pool.on_restart = record_restart
-    logger = make_logger(cfg, output_dir, run_name, tags or {})
-    if logger is not None:
+    tags = dict(tags or {}, output_dir=str(output_dir))
+    run_id = saved.get("mlflow_run_id") if saved is not None else None
+    if saved is not None and cfg["logger"]["backend"] == "mlflow" and not run_id:
+        log.warning("the checkpoint has no MLflow run: this session starts a new one")
+    logger = make_logger(cfg, output_dir, run_name, tags, run_id=run_id)
+    if logger is not None and saved is None:
         logger.log_hyperparams(flatten({k: v for k, v in cfg.items() if k != "hydra"}))
+        log_config_artifact(logger, cfg, output_dir)
+    if saved is not None and saved.get("buffer_file"):
+        restore_buffers(buffers, Path(resume).parent / saved["buffer_file"])
+    ck = validate_checkpoint_config(cfg.get("checkpoint"))
+    ckpt_cb = CheckpointCallback(
+        output_dir, cfg, ck["every_s"], ck["save_buffer"], ck["log_to_mlflow"], buffers
+    )
     metrics_cb = RaceMetricsCallback(dm, float(cfg["logger"].get("log_every_s", 10)))
+    callbacks = [CollectorCallback(pool, shared), metrics_cb, ckpt_cb]
+    progress = bool(tcfg.get("progress_bar", True))
+    if progress:
+        callbacks.append(RaceProgressBar(metrics_cb))
     max_time = tcfg.get("max_time_s")
     trainer = L.Trainer(
         accelerator=tcfg["accelerator"],
@@ -182,9 +265,9 @@ def train(
         num_sanity_val_steps=0,
         log_every_n_steps=int(tcfg["log_every_n_steps"]),
         logger=logger if logger is not None else False,
-        callbacks=[CollectorCallback(pool, shared), metrics_cb],
+        callbacks=callbacks,
         enable_checkpointing=False,
-        enable_progress_bar=bool(tcfg.get("progress_bar", True)),
+        enable_progress_bar=progress,
         enable_model_summary=False,
         default_root_dir=str(output_dir),
     )
@@ -192,13 +275,26 @@ def train(
         import time
 
         dm.deadline = time.monotonic() + float(max_time) + 60.0
-    log.info("outputs: %s", output_dir)
+    log.info("outputs: %s (checkpoints in %s)", output_dir, ckpt_cb.dir)
+    sysmon = None
     if logger is not None and hasattr(logger, "run_id"):
-        log.info("MLflow run %s in %s", logger.run_id, cfg["logger"].get("tracking_uri"))
+        log.info(
+            "MLflow run %s in %s (make mlflow-ui)", logger.run_id, cfg["logger"]["tracking_uri"]
+        )
+        sysmon = start_system_metrics(logger, cfg["logger"])
+    if resume is not None:
+        log.info("resuming from %s", resume)
     try:
-        trainer.fit(module, datamodule=dm)
+        trainer.fit(
+            module,
+            datamodule=dm,
+            ckpt_path=str(resume) if resume is not None else None,
+            weights_only=True if resume is not None else None,
+        )
     finally:
         pool.stop()
+        if sysmon is not None:
+            sysmon.finish()
     result = objective(stats, [e.name for e in plan.cycle.entries])
     ckpt = output_dir / "agent.pt"  # the final online network with the config that built it
     torch.save({"network": module.online_network.state_dict(), "config": cfg}, ckpt)
@@ -206,6 +302,8 @@ def train(
         "objective": result if math.isfinite(result) else None,
         "global_step": int(trainer.global_step),
         "samples_learned": int(module.samples_learned),
+        "resumed_from": str(resume) if resume is not None else None,
+        "checkpoint": str(ckpt_cb.last_path) if ckpt_cb.last_path else None,
         "races": stats.races,
         "transitions": stats.transitions,
         "frames": int(shared.frames.value),

@@ -1,0 +1,319 @@
+"""The application around the loop: checkpoints and resume, Optuna sweeps, bad input.
+
+Real processes and a real MLflow store: a run killed with SIGKILL is resumed from its last
+checkpoint and continues the step count, the frame counter and the same MLflow run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from trackmind.errors import ConfigError
+from trackmind.training.checkpoint import (
+    find_checkpoint,
+    merge_resume_config,
+    read_checkpoint,
+    validate_checkpoint_config,
+)
+from trackmind.training.progress import progress_figures
+from trackmind.training.race_stats import RaceStats
+
+ROOT = Path(__file__).resolve().parents[1]
+TRAIN = ROOT / "scripts" / "train.py"
+
+
+def _args(tmp: Path, *extra: str, run: str = "run") -> list[str]:
+    return [
+        sys.executable,
+        str(TRAIN),
+        "debug=smoke",
+        f"hydra.run.dir={tmp / run}",
+        f"logger.tracking_uri=sqlite:///{tmp / 'mlflow.db'}",
+        *extra,
+    ]
+
+
+def _env() -> dict:
+    return {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+
+def _resume_args(tmp: Path, target: str, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        str(TRAIN),
+        f"resume={target}",
+        f"hydra.run.dir={tmp / 'resumed'}",
+        f"logger.tracking_uri=sqlite:///{tmp / 'mlflow.db'}",
+        *extra,
+    ]
+
+
+def _wait_for_checkpoint(proc: subprocess.Popen, path: Path, min_step: int, timeout_s=120) -> dict:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        if path.is_file():
+            try:
+                ck = torch.load(path, map_location="cpu", weights_only=True)
+            except (RuntimeError, EOFError, OSError):
+                ck = None  # replaced while reading
+            if ck is not None and ck["global_step"] >= min_step:
+                return ck
+        time.sleep(0.2)
+    raise AssertionError(f"no checkpoint at step >= {min_step}")
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def killed_run(tmp_path_factory):
+    """A run killed with SIGKILL after its checkpoint reached step 10: (tmp, checkpoint)."""
+    tmp = tmp_path_factory.mktemp("killed")
+    proc = subprocess.Popen(
+        _args(tmp, "trainer.max_steps=-1", "trainer.max_time_s=120", "checkpoint.every_s=1"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+        start_new_session=True,
+    )
+    ckpt_path = tmp / "run" / "checkpoints" / "last.ckpt"
+    try:
+        _wait_for_checkpoint(proc, ckpt_path, min_step=10)
+        time.sleep(1.5)  # mid-training, between checkpoints
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    time.sleep(2.0)  # collectors notice their learner is gone and exit
+    return tmp, torch.load(ckpt_path, map_location="cpu", weights_only=True)
+
+
+def test_kill_9_then_resume_continues_step_frames_and_mlflow_run(killed_run):
+    tmp, ck = killed_run
+    step, frames = ck["global_step"], ck["ReplayDataModule"]["frames"]
+    run_id = ck["trackmind"]["mlflow_run_id"]
+    assert step >= 10 and frames > 0 and run_id
+    res = subprocess.run(
+        _resume_args(tmp, str(tmp / "run"), f"trainer.max_steps={step + 15}"),
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    summary = json.loads((tmp / "run" / "summary.json").read_text())
+    assert summary["global_step"] == step + 15  # continued, not restarted
+    assert summary["frames"] > frames
+    assert summary["mlflow_run_id"] == run_id
+    assert summary["races"] > ck["ReplayDataModule"]["stats"]["races"]
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("trackmind").experiment_id])
+    assert [r.info.run_id for r in runs] == [run_id]  # the same run, no second one
+    assert runs[0].info.status == "FINISHED"
+    steps = [m.step for m in client.get_metric_history(run_id, "train/loss")]
+    assert min(steps) < step < max(steps)  # one metric history across the kill
+    assert max(steps) >= step + 10
+    arts = {a.path for a in client.list_artifacts(run_id)}
+    assert {"config.yaml", "checkpoints", "agent.pt", "summary.json"} <= arts
+    new = torch.load(tmp / "run" / "checkpoints" / "last.ckpt", weights_only=True)
+    assert new["global_step"] == step + 15
+    assert new["learner_counters"]["samples_learned"] > ck["learner_counters"]["samples_learned"]
+
+
+def test_corrupt_checkpoint_is_refused_and_files_kept(killed_run, tmp_path):
+    tmp, _ = killed_run
+    bad = tmp_path / "corrupt.ckpt"
+    good = (tmp / "run" / "checkpoints" / "last.ckpt").read_bytes()
+    bad.write_bytes(good[: len(good) // 2])
+    before = _digest(bad)
+    res = subprocess.run(
+        _resume_args(tmp_path, str(bad)), capture_output=True, text=True, timeout=120
+    )
+    assert res.returncode == 2
+    last = [x for x in res.stderr.splitlines() if x.strip()][-1]
+    assert last.startswith(f"config error: resume: {bad}: not a readable checkpoint"), last
+    assert _digest(bad) == before
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_checkpoint_of_another_network_shape_is_refused(killed_run, tmp_path):
+    tmp, _ = killed_run
+    ckpt = tmp / "run" / "checkpoints" / "last.ckpt"
+    before = _digest(ckpt)
+    res = subprocess.run(
+        _resume_args(tmp_path, str(ckpt), "network.dense_hidden=32"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 2, res.stderr[-2000:]
+    last = [x for x in res.stderr.splitlines() if x.strip()][-1]
+    assert last.startswith("config error: resume: ") and "in the checkpoint but" in last, last
+    assert _digest(ckpt) == before  # the existing checkpoint is untouched
+
+
+def test_misspelt_group_option_names_the_group(tmp_path):
+    res = subprocess.run(_args(tmp_path, "map=startr"), capture_output=True, text=True, timeout=60)
+    assert res.returncode != 0
+    assert "Could not find 'map/startr'" in res.stderr
+    assert "starter" in res.stderr  # Hydra lists the available options
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_optuna_sweep_of_two_trials_returns_objectives(tmp_path):
+    sweep = tmp_path / "sweep"
+    args = [
+        sys.executable,
+        str(TRAIN),
+        "-m",
+        "hparams_search=optuna",
+        "debug=smoke",
+        "trainer.max_steps=10",
+        "hydra.sweeper.n_trials=2",
+        f"hydra.sweep.dir={sweep}",
+        f"logger.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}",
+    ]
+    res = subprocess.run(args, capture_output=True, text=True, env=_env(), timeout=400)
+    assert res.returncode == 0, res.stderr[-3000:]
+    from omegaconf import OmegaConf
+
+    result = OmegaConf.load(sweep / "optimization_results.yaml")
+    assert result.name == "optuna" and 0 < float(result.best_value) <= 10.0
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("trackmind").experiment_id])
+    assert len(runs) == 2
+    objectives = sorted(r.data.metrics["objective"] for r in runs)
+    assert objectives[0] == pytest.approx(float(result.best_value))
+    lrs = {r.data.params["learner.lr"] for r in runs}
+    assert len(lrs) == 2  # the sampler proposed two learning rates
+
+
+def test_find_checkpoint_errors_name_the_problem(tmp_path):
+    with pytest.raises(ConfigError, match=r"^resume: .*no checkpoints/last.ckpt"):
+        find_checkpoint(str(tmp_path))
+    with pytest.raises(ConfigError, match=r"^resume: 'nowhere/x.ckpt' is not a checkpoint"):
+        find_checkpoint("nowhere/x.ckpt")
+    uri = f"sqlite:///{tmp_path / 'ml.db'}"
+    with pytest.raises(ConfigError, match=r"^resume: no MLflow run 0123456789abcdef"):
+        find_checkpoint("0123456789abcdef", uri)
+    (tmp_path / "x.ckpt").write_bytes(torch.save.__doc__.encode()[:100])
+    with pytest.raises(ConfigError, match="not a readable checkpoint"):
+        read_checkpoint(tmp_path / "x.ckpt")
+    torch.save({"state_dict": {}}, tmp_path / "y.ckpt")
+    with pytest.raises(ConfigError, match="not a trackmind training checkpoint"):
+        read_checkpoint(tmp_path / "y.ckpt")
+
+
+def test_merge_resume_config_keeps_the_saved_run():
+    saved = {"trainer": {"max_steps": 40, "max_time_s": 45}, "map": {"cycle": [1]}, "seed": 0}
+    composed = {
+        "trainer": {"max_steps": 99, "max_time_s": 1800},
+        "map": {"cycle": [2]},
+        "seed": 5,
+        "network": {"a": 1},
+    }
+    out = merge_resume_config(
+        saved, composed, ["resume=x", "trainer.max_steps=99", "network=other", "hydra.run.dir=d"]
+    )
+    assert out == {
+        "trainer": {"max_steps": 99, "max_time_s": 45},
+        "map": {"cycle": [1]},
+        "seed": 0,
+        "network": {"a": 1},
+    }
+    assert saved["trainer"]["max_steps"] == 40  # not mutated
+    with pytest.raises(ConfigError, match="^resume: 'debug=smoke' cannot change"):
+        merge_resume_config(saved, composed, ["debug=smoke"])
+
+
+def test_checkpoint_config_validation():
+    assert validate_checkpoint_config(None) == {
+        "every_s": 300,
+        "save_buffer": False,
+        "log_to_mlflow": True,
+    }
+    with pytest.raises(ConfigError, match=r"^checkpoint.every_s: must be > 0"):
+        validate_checkpoint_config({"every_s": 0})
+    with pytest.raises(ConfigError, match=r"^checkpoint.save_buffer: must be true or false"):
+        validate_checkpoint_config({"save_buffer": "yes"})
+    with pytest.raises(ConfigError, match=r"^checkpoint.every: unknown key"):
+        validate_checkpoint_config({"every": 3})
+
+
+def test_race_stats_state_round_trip():
+    s = RaceStats(reference_ms={"a": 10_000.0}, length_m={"a": 100.0})
+    base = {"map": "a", "meters_advanced_along_centerline": [50.0], "input_w": [1.0, 0.0]}
+    s.add_race({**base, "finished": True, "race_time": 12_000, "greedy": True}, 40, frames=40)
+    s.add_race({**base, "finished": False, "race_time": 3_000, "greedy": False}, 10, frames=50)
+    t = RaceStats(reference_ms={"a": 10_000.0}, length_m={"a": 100.0})
+    t.load_state_dict(s.state_dict())
+    assert (t.races, t.transitions, t.best_greedy_ms, t.history) == (
+        2,
+        50,
+        {"a": 12_000.0},
+        s.history,
+    )
+    m = t.metrics()
+    assert m["race/a/finish_rate"] == 0.5 and m["race/a/best_ratio"] == 1.2
+    # a later, slower greedy race is not a new best after the resume
+    assert not t.add_race({**base, "finished": True, "race_time": 13_000, "greedy": True}, 5)
+    state = s.state_dict()
+    assert torch.load(_saved(state), weights_only=True) == state  # plain containers only
+
+
+def _saved(obj) -> object:
+    import io
+
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    buf.seek(0)
+    return buf
+
+
+def test_progress_figures():
+    m = {
+        "race/a/finish_rate": 0.5,
+        "race/b/finish_rate": 1.0,
+        "race/a/best_time": 20.0,
+        "race/b/best_time": 30.5,
+        "race/a/best_ratio": 1.1,
+        "race/b/best_ratio": 1.2,
+        "throughput/transitions_per_s": 760.4,
+        "throughput/samples_per_s": 4100.6,
+        "train/loss": 0.012345,
+    }
+    assert progress_figures(m) == {
+        "finish": "75%",
+        "best": "25.25s",
+        "ratio": "1.150",
+        "trans/s": "760",
+        "samples/s": "4101",
+        "loss": "0.0123",
+    }
+    assert progress_figures({}) == {}
+
+
+def test_experiments_and_searches_compose_and_plan():
+    from trackmind.training.factory import plan_run
+
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+        for exp in sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml")):
+            plan = plan_run(compose("train", [f"experiment={exp}"]))
+            assert plan.cycle.entries, exp
