@@ -25,32 +25,17 @@ from trackmind.errors import ConfigError, require
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_KEYS = {"every_s", "save_buffer", "log_to_mlflow"}
 LAST = "last.ckpt"
 BUFFER = "replay.pt"
 
 
 def validate_checkpoint_config(cfg: Mapping | None, key: str = "checkpoint") -> dict:
-    """Defaults filled in; one-line ConfigError on a bad value."""
-    from trackmind.errors import check_known_keys
+    """Defaults filled in; one-line ConfigError on a bad value (schema.CheckpointConfig)."""
+    from dataclasses import asdict
 
-    cfg = dict(cfg or {})
-    check_known_keys(cfg, CHECKPOINT_KEYS, key)
-    every = cfg.get("every_s", 300)
-    ok = every is None or (
-        isinstance(every, (int, float)) and not isinstance(every, bool) and every > 0
-    )
-    require(
-        ok,
-        f"{key}.every_s",
-        f"must be > 0 seconds or null (only at the end), got {every!r}",
-    )
-    for name in ("save_buffer", "log_to_mlflow"):
-        v = cfg.get(name, name == "log_to_mlflow")
-        require(isinstance(v, bool), f"{key}.{name}", f"must be true or false, got {v!r}")
-        cfg[name] = v
-    cfg["every_s"] = every
-    return cfg
+    from trackmind.training.schema import CheckpointConfig, check_schema
+
+    return asdict(check_schema(cfg, CheckpointConfig, key))
 
 
 def read_checkpoint(path: str | Path) -> dict:

@@ -9,7 +9,7 @@ rebuild their own parts from the same resolved dict with `build_collector_parts`
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -17,6 +17,7 @@ import numpy as np
 from trackmind.env.build import build_managers, float_dim_of, frame_shape_of, make_race
 from trackmind.errors import check_known_keys, require
 from trackmind.game.map_cycle import MapCycle
+from trackmind.training.schema import CheckpointConfig, LoggerConfig, TrainerConfig, check_schema
 
 TOP_KEYS = {
     "map",
@@ -47,18 +48,6 @@ COLLECTOR_KEYS = {
     "queue_size",
     "torch_threads",
     "max_restarts",
-}
-TRAINER_KEYS = {
-    "accelerator",
-    "devices",
-    "precision",
-    "max_time_s",
-    "max_steps",
-    "val_check_interval",
-    "limit_val_batches",
-    "log_every_n_steps",
-    "torch_threads",
-    "progress_bar",
 }
 
 
@@ -139,12 +128,15 @@ def plan_run(cfg: Any) -> RunPlan:
     bcfg.horizon_actions(ms_per_action)
     validate_learner(cfg["learner"])
     col = cfg["collector"]
-    check_known_keys(col, COLLECTOR_KEYS, "collector")
+    from trackmind.distributed.config import RAY_EXTRA_KEYS, validate_ray_collector
+
+    backends = {"local": COLLECTOR_KEYS, "ray": COLLECTOR_KEYS | RAY_EXTRA_KEYS}
     require(
-        col.get("backend") == "local",
+        col.get("backend") in backends,
         "collector.backend",
-        f"unknown backend {col.get('backend')!r} (known: local)",
+        f"unknown backend {col.get('backend')!r} (known: local, ray)",
     )
+    check_known_keys(col, backends[col["backend"]], "collector")
     for name in (
         "processes",
         "cars_per_process",
@@ -154,34 +146,12 @@ def plan_run(cfg: Any) -> RunPlan:
     ):
         _int_at_least(col, name, "collector", 1)
     _int_at_least(col, "max_restarts", "collector", 0)
-    tr = cfg["trainer"]
-    check_known_keys(tr, TRAINER_KEYS, "trainer")
-    mt = tr.get("max_time_s")
-    require(
-        mt is None or (isinstance(mt, (int, float)) and mt > 0),
-        "trainer.max_time_s",
-        f"must be > 0 or null, got {mt!r}",
-    )
-    ms = tr.get("max_steps")
-    require(
-        isinstance(ms, int) and (ms == -1 or ms > 0),
-        "trainer.max_steps",
-        f"must be -1 or > 0, got {ms!r}",
-    )
-    require(
-        mt is not None or ms > 0, "trainer", "set max_time_s or max_steps, or the run never ends"
-    )
-    for name in ("val_check_interval", "limit_val_batches", "log_every_n_steps", "torch_threads"):
-        _int_at_least(tr, name, "trainer", 1)
-    from trackmind.training.checkpoint import validate_checkpoint_config
-
-    validate_checkpoint_config(cfg.get("checkpoint"))
-    lg = cfg["logger"]
-    require(
-        lg.get("backend") in ("mlflow", "csv", "none"),
-        "logger.backend",
-        f"must be mlflow, csv or none, got {lg.get('backend')!r}",
-    )
+    if col["backend"] == "ray":
+        validate_ray_collector(col)
+    # run-level groups: structured schemas (types, unknown keys, ranges), values normalised
+    cfg["trainer"] = asdict(check_schema(cfg["trainer"], TrainerConfig, "trainer"))
+    cfg["logger"] = asdict(check_schema(cfg["logger"], LoggerConfig, "logger"))
+    cfg["checkpoint"] = asdict(check_schema(cfg.get("checkpoint"), CheckpointConfig, "checkpoint"))
     cycle = MapCycle.from_config(cfg["map"].get("cycle"), "map.cycle")
     check_known_keys(cfg["map"], {"cycle"}, "map")
     stats = obs.term("float")

@@ -1,0 +1,116 @@
+"""Structured-config schemas of the run-level groups (trainer, logger, checkpoint).
+
+Each dataclass mirrors what the group configures; `check_schema` merges the composed group
+into it with OmegaConf (unknown keys and wrong types are refused, "30" becomes 30) and then
+instantiates it, so `__post_init__` checks ranges. Every failure becomes one ConfigError
+naming the full key. The game, network, reward, buffer and learner groups are checked by
+their own builders (the terms' registries, network_config, BufferConfig, validate_learner),
+which know their keys; plan_run calls all of them before anything starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from trackmind.errors import ConfigError, require
+
+T = TypeVar("T")
+
+
+def check_schema(section: Mapping | None, schema: type[T], key: str) -> T:
+    """The section as a validated `schema` instance; ConfigError naming `key.<field>`."""
+    require(section is None or isinstance(section, Mapping), key, "must be a mapping")
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(schema), dict(section or {}))
+        return OmegaConf.to_object(merged)  # type: ignore[return-value]
+    except OmegaConfBaseException as e:
+        sub = getattr(e, "full_key", None) or ""
+        msg = (getattr(e, "msg", None) or str(e)).splitlines()[0]
+        if "not in" in msg and sub:  # an unknown key: list the known ones
+            known = ", ".join(sorted(schema.__dataclass_fields__))  # type: ignore[attr-defined]
+            msg = f"unknown key (allowed: {known})"
+        raise ConfigError(f"{key}.{sub}" if sub else key, msg) from None
+
+
+@dataclass
+class TrainerConfig:
+    """Lightning Trainer settings of the learner (conf/trainer)."""
+
+    accelerator: str = "cpu"
+    devices: Any = 1
+    precision: str = "32-true"
+    max_time_s: float | None = 1800.0  # wall clock of the run
+    max_steps: int = -1  # learner batches (-1: until max_time_s)
+    val_check_interval: int = 1000
+    limit_val_batches: int = 4
+    log_every_n_steps: int = 25
+    torch_threads: int = 2
+    progress_bar: bool = True
+
+    def __post_init__(self) -> None:
+        mt, ms = self.max_time_s, self.max_steps
+        require(mt is None or mt > 0, "trainer.max_time_s", f"must be > 0 or null, got {mt!r}")
+        require(ms == -1 or ms > 0, "trainer.max_steps", f"must be -1 or > 0, got {ms!r}")
+        require(
+            mt is not None or ms > 0,
+            "trainer",
+            "set max_time_s or max_steps, or the run never ends",
+        )
+        for name in ("val_check_interval", "limit_val_batches", "log_every_n_steps"):
+            v = getattr(self, name)
+            require(v >= 1, f"trainer.{name}", f"must be an integer >= 1, got {v!r}")
+        require(
+            self.torch_threads >= 1,
+            "trainer.torch_threads",
+            f"must be an integer >= 1, got {self.torch_threads!r}",
+        )
+
+
+@dataclass
+class LoggerConfig:
+    """Where metrics go (conf/logger): MLflow, CSV files or nowhere."""
+
+    backend: str = "mlflow"
+    tracking_uri: str | None = None
+    experiment_name: str = "trackmind"
+    log_every_s: float = 10.0
+    system_metrics_every_s: float = 10.0  # 0: off
+
+    def __post_init__(self) -> None:
+        require(
+            self.backend in ("mlflow", "csv", "none"),
+            "logger.backend",
+            f"must be mlflow, csv or none, got {self.backend!r}",
+        )
+        require(
+            self.backend != "mlflow" or bool(self.tracking_uri),
+            "logger.tracking_uri",
+            "MLflow needs a tracking URI (sqlite:///outputs/mlflow.db or http://127.0.0.1:5000)",
+        )
+        require(self.log_every_s > 0, "logger.log_every_s", f"must be > 0, got {self.log_every_s}")
+        require(
+            self.system_metrics_every_s >= 0,
+            "logger.system_metrics_every_s",
+            f"must be >= 0, got {self.system_metrics_every_s}",
+        )
+
+
+@dataclass
+class CheckpointConfig:
+    """Periodic checkpoints of the learner (train.yaml `checkpoint`)."""
+
+    every_s: float | None = 300.0  # null: only at the end of the run
+    save_buffer: bool = False
+    log_to_mlflow: bool = True
+
+    def __post_init__(self) -> None:
+        require(
+            self.every_s is None or self.every_s > 0,
+            "checkpoint.every_s",
+            f"must be > 0 seconds or null (only at the end), got {self.every_s!r}",
+        )
