@@ -30,7 +30,9 @@ drive: $(STAMP)
 	$(PY) scripts/drive.py
 
 mlflow-ui: $(STAMP)
-	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///outputs/mlflow.db --host 127.0.0.1 --port 5000
+	mkdir -p outputs
+	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///outputs/mlflow.db \
+		--artifacts-destination outputs/mlartifacts --host 127.0.0.1 --port 5000
 
 bench: $(STAMP)
 	$(PY) scripts/bench_env.py

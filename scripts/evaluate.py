@@ -26,10 +26,14 @@ def load_checkpoint(path: str) -> dict:
     p = Path(path)
     if not p.is_file():
         raise ValueError(f"{path}: checkpoint not found")
-    try:
-        ckpt = torch.load(p, map_location="cpu", weights_only=False)
+    try:  # plain tensors and containers only: a checkpoint cannot run code when loaded
+        ckpt = torch.load(p, map_location="cpu", weights_only=True)
     except Exception as e:  # any unreadable file is the same error to the user
         raise ValueError(f"{path}: not a trackmind checkpoint ({type(e).__name__})") from None
+    if isinstance(ckpt, dict) and isinstance(ckpt.get("trackmind"), dict):  # a training .ckpt
+        prefix = "online_network."
+        net = {k[len(prefix) :]: v for k, v in ckpt["state_dict"].items() if k.startswith(prefix)}
+        ckpt = {"network": net, "config": ckpt["trackmind"]["config"]}
     if not isinstance(ckpt, dict) or "network" not in ckpt or "config" not in ckpt:
         raise ValueError(f"{path}: not a trackmind checkpoint (no network/config)")
     return ckpt
@@ -62,7 +66,11 @@ def evaluate(
             stats.mean,
             stats.std,
         )
-        net.load_state_dict(ckpt["network"])
+        try:
+            net.load_state_dict(ckpt["network"])
+        except RuntimeError as e:  # weights of another architecture than its config
+            first = str(e).splitlines()[1].strip() if "\n" in str(e) else str(e)
+            raise ValueError(f"checkpoint network does not match its config: {first}") from None
         net.eval()
         gen = torch.Generator().manual_seed(0)
         k = int(cfg["network"].get("n_quantiles_inference", 32))

@@ -314,10 +314,15 @@ def test_progress_figures():
     assert progress_figures({}) == {}
 
 
-def test_experiments_and_searches_compose_and_plan():
+@pytest.mark.parametrize(
+    "group", ["experiment", "map", "network", "reward", "exploration", "logger", "trainer"]
+)
+def test_every_group_option_composes_and_plans(group):
     from trackmind.training.factory import plan_run
 
+    options = sorted(p.stem for p in (ROOT / "conf" / group).glob("*.yaml"))
+    assert options
     with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
-        for exp in sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml")):
-            plan = plan_run(compose("train", [f"experiment={exp}"]))
-            assert plan.cycle.entries, exp
+        for opt in options:
+            plan = plan_run(compose("train", [f"{group}={opt}"]))
+            assert plan.cycle.entries, f"{group}={opt}"
