@@ -44,6 +44,10 @@ class RaceProgressBar(TQDMProgressBar):
         super().__init__(refresh_rate=refresh_rate)
         self.metrics_source = metrics_source  # has .last_metrics (RaceMetricsCallback)
 
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        super().on_train_epoch_start(trainer, pl_module)
+        self.train_progress_bar.set_description("learner steps")  # one endless "epoch"
+
     def get_metrics(self, trainer, pl_module) -> dict[str, str]:
         m = dict(self.metrics_source.last_metrics)
         loss = getattr(pl_module, "last_stats", {}).get("train/loss")
