@@ -3,7 +3,7 @@
     python scripts/evaluate.py outputs/<run>/agent.pt                      # its training maps
     python scripts/evaluate.py agent.pt --maps hairpins procedural:42 --races 3
     python scripts/evaluate.py agent.pt --maps starter --trace             # actions and Q
-    python scripts/evaluate.py agent.pt --plot-dir outputs/eval            # trajectory plots
+    python scripts/evaluate.py agent.pt --plot-dir outputs/eval            # plots and GIFs
 
 The checkpoint carries the config it was trained with (network, env, reward), so the same
 observations are built; maps may be any built-in, procedural or imported map, including
@@ -40,11 +40,17 @@ def load_checkpoint(path: str) -> dict:
 
 
 def evaluate(
-    ckpt: dict, maps: list[str], races: int, trace: bool = False, plot_dir: str | None = None
+    ckpt: dict,
+    maps: list[str],
+    races: int,
+    trace: bool = False,
+    plot_dir: str | None = None,
+    video: bool = True,
 ) -> list[dict]:
     """Greedy races (one car each) on every map; a row of results per map.
 
-    With `plot_dir`, the best race of each map is drawn there (trajectory coloured by speed).
+    With `plot_dir`, the best race of each map is drawn there (trajectory coloured by speed)
+    and, with `video`, rendered as a GIF from the sim (driver's view and minimap).
     """
     from trackmind.agent.inference import greedy_q
     from trackmind.env.build import make_race
@@ -104,6 +110,12 @@ def evaluate(
             shown = min(results, key=lambda r: r["race_time"] or float("inf"))
             safe = entry.name.replace(":", "_").replace("/", "_")
             print(f"wrote {plot_trajectory(entry.track, shown, Path(plot_dir) / f'{safe}.png')}")
+            if video:
+                from trackmind.tracking.media import render_race_gif
+
+                print(
+                    f"wrote {render_race_gif(entry.track, shown, Path(plot_dir) / f'{safe}.gif')}"
+                )
         progress = max(max(r["meters_advanced_along_centerline"]) for r in results)
         rows.append(
             {
@@ -125,12 +137,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--maps", nargs="+", default=None, help="default: the training map cycle")
     ap.add_argument("--races", type=int, default=1)
     ap.add_argument("--trace", action="store_true", help="print actions and Q along a race")
-    ap.add_argument("--plot-dir", default=None, help="write a trajectory plot per map here")
+    ap.add_argument("--plot-dir", default=None, help="write a trajectory plot + GIF per map here")
+    ap.add_argument("--no-video", action="store_true", help="with --plot-dir: no GIF")
     args = ap.parse_args(argv)
     try:
         ckpt = load_checkpoint(args.checkpoint)
         maps = args.maps or [e["map"] for e in ckpt["config"]["map"]["cycle"]]
-        rows = evaluate(ckpt, list(dict.fromkeys(maps)), args.races, args.trace, args.plot_dir)
+        rows = evaluate(
+            ckpt,
+            list(dict.fromkeys(maps)),
+            args.races,
+            args.trace,
+            args.plot_dir,
+            not args.no_video,
+        )
     except ValueError as e:  # MapError and ConfigError are ValueErrors too
         print(f"error: {e}", file=sys.stderr)
         return 2

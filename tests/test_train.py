@@ -123,6 +123,9 @@ def test_smoke_run_learns_syncs_weights_and_records_races(tmp_path):
     row = [x for x in res.stdout.splitlines() if x.startswith("| procedural:5 |")]
     assert len(row) == 1 and "s |" in row[0]
     assert (tmp_path / "eval" / "procedural_5.png").stat().st_size > 10_000  # trajectory plot
+    from PIL import Image
+
+    assert Image.open(tmp_path / "eval" / "procedural_5.gif").n_frames > 1  # the race's GIF
     bad = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "evaluate.py"), str(tmp_path / "nope.pt")],
         capture_output=True,

@@ -117,3 +117,14 @@ class CollectorPool:
                     q.get_nowait()
             except Exception:
                 pass
+
+
+def make_collector_pool(
+    cfg: dict, shared: SharedHandles, n_processes: int, max_restarts: int, seed: int = 0
+):
+    """The configured backend's pool: local processes, or Ray actors (collector=ray)."""
+    if cfg["collector"].get("backend", "local") == "ray":
+        from trackmind.distributed.pool import RayCollectorPool
+
+        return RayCollectorPool(cfg, shared, n_processes, max_restarts, seed)
+    return CollectorPool(cfg, shared, n_processes, max_restarts, seed)

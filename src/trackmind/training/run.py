@@ -32,8 +32,9 @@ from trackmind.training.checkpoint import (
 from trackmind.training.datamodule import ReplayDataModule
 from trackmind.training.factory import RunPlan, build_network_from
 from trackmind.training.module import IQNLightningModule
-from trackmind.training.pool import CollectorPool
+from trackmind.training.pool import make_collector_pool
 from trackmind.training.progress import RaceProgressBar
+from trackmind.training.race_media import BestRaceMedia
 from trackmind.training.race_stats import RaceStats
 from trackmind.training.shared import make_shared, publish_weights
 
@@ -73,6 +74,7 @@ def make_logger(
     uri = lg["tracking_uri"]
     if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
         Path(uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
+    artifacts = lg.get("artifact_location") or default_artifact_location(uri)
     return MLFlowLogger(
         experiment_name=lg["experiment_name"],
         tracking_uri=uri,
@@ -80,7 +82,19 @@ def make_logger(
         tags=None if run_id else tags,
         log_model=False,
         run_id=run_id,
+        artifact_location=artifacts,
     )
+
+
+def default_artifact_location(tracking_uri: str) -> str | None:
+    """Artifacts beside a SQLite store (<db dir>/mlartifacts), not in the working directory.
+
+    Used only when the experiment is created; None lets a tracking server decide.
+    """
+    if not tracking_uri.startswith("sqlite:///"):
+        return None
+    db = Path(tracking_uri[len("sqlite:///") :])
+    return str((db.parent / "mlartifacts").resolve())
 
 
 def log_config_artifact(logger: Any, cfg: dict, output_dir: Path) -> None:
@@ -196,7 +210,7 @@ def train(
         reference_ms={e.name: reference_time_ms(e.track) for e in plan.cycle.entries},
         length_m={e.name: e.track.length_m for e in plan.cycle.entries},
     )
-    pool = CollectorPool(
+    pool = make_collector_pool(
         cfg, shared, int(ccfg["processes"]), int(ccfg["max_restarts"]), int(cfg.get("seed", 0))
     )
     dm = ReplayDataModule(
@@ -222,7 +236,13 @@ def train(
             "version": r.get("weights_version"),
         }
         torch.save({"network": weights, "config": cfg, "race": race}, output_dir / "best.pt")
+        media.record(r)
 
+    media = BestRaceMedia(
+        output_dir,
+        {e.name: e.track for e in plan.cycle.entries},
+        float(cfg["logger"].get("media_every_s", 120)),
+    )
     dm.on_best_race = keep_best
     restarts: list[dict] = []
 
@@ -247,7 +267,7 @@ def train(
         output_dir, cfg, ck["every_s"], ck["save_buffer"], ck["log_to_mlflow"], buffers
     )
     metrics_cb = RaceMetricsCallback(dm, float(cfg["logger"].get("log_every_s", 10)))
-    callbacks = [CollectorCallback(pool, shared), metrics_cb, ckpt_cb]
+    callbacks = [CollectorCallback(pool, shared), metrics_cb, ckpt_cb, media]
     progress = bool(tcfg.get("progress_bar", True))
     if progress:
         callbacks.append(RaceProgressBar(metrics_cb))
@@ -279,7 +299,12 @@ def train(
     sysmon = None
     if logger is not None and hasattr(logger, "run_id"):
         log.info(
-            "MLflow run %s in %s (make mlflow-ui)", logger.run_id, cfg["logger"]["tracking_uri"]
+            "MLflow run %s in %s; in the UI (make mlflow-ui): "
+            "http://127.0.0.1:5000/#/experiments/%s/runs/%s",
+            logger.run_id,
+            cfg["logger"]["tracking_uri"],
+            logger.experiment_id,
+            logger.run_id,
         )
         sysmon = start_system_metrics(logger, cfg["logger"])
     if resume is not None:
