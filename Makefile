@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 # torch first, pinned: on this CPU machine it is a local CPU build (no multi-GB CUDA wheels)
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: install test test-slow train drive mlflow-ui bench bench-learner lint format clean
+.PHONY: install test test-slow train drive mlflow-ui mlflow-screenshot bench bench-learner lint format clean
 
 install: $(STAMP)
 
@@ -33,6 +33,12 @@ mlflow-ui: $(STAMP)
 	mkdir -p outputs
 	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///outputs/mlflow.db \
 		--artifacts-destination outputs/mlartifacts --host 127.0.0.1 --port 5000
+
+# the MLflow UI in a headless browser: docs/mlflow_*.png (needs a system Chromium, e.g.
+# apt-get install chromium-headless-shell)
+mlflow-screenshot: $(STAMP)
+	$(PY) -m pip install -q -e ".[ui]"
+	$(PY) scripts/mlflow_ui_screenshot.py $(ARGS)
 
 bench: $(STAMP)
 	$(PY) scripts/bench_env.py

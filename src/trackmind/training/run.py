@@ -260,6 +260,10 @@ def train(
     if logger is not None and saved is None:
         logger.log_hyperparams(flatten({k: v for k, v in cfg.items() if k != "hydra"}))
         log_config_artifact(logger, cfg, output_dir)
+        if hasattr(logger, "experiment_id"):  # open in the UI's "Model training" view
+            logger.experiment.set_experiment_tag(
+                logger.experiment_id, "mlflow.experimentKind", "custom_model_development"
+            )
     if saved is not None and saved.get("buffer_file"):
         restore_buffers(buffers, Path(resume).parent / saved["buffer_file"])
     ck = validate_checkpoint_config(cfg.get("checkpoint"))
