@@ -15,6 +15,7 @@ from typing import Any
 
 import trackmind.env.obs_terms  # noqa: F401  (registers the observation terms)
 import trackmind.env.reward_terms  # noqa: F401  (registers the reward terms)
+import trackmind.tmi.terms  # noqa: F401  (registers the game_lost termination term)
 from trackmind.env.manager import as_dict
 from trackmind.env.observations import ObservationManager, build_observation_manager
 from trackmind.env.race import VecRace
@@ -71,6 +72,8 @@ ENV_KEYS = {
     "camera",
     "observation",
     "termination",
+    "tminterface",  # the real game (conf/env/tminterface.yaml, trackmind.tmi.config)
+    "realtime",  # rtgym-style real-time steps over any game (trackmind.tmi.realtime)
 }
 
 
@@ -159,11 +162,23 @@ def make_race(
     n_cars: int = 1,
     maps: Any = "starter",
     game: Any = None,
+    instance: int = 0,
+    challenges: Mapping[str, str] | None = None,
 ) -> VecRace:
-    """A VecRace over `game` (default: a SimGame built from env_cfg) with the managers."""
+    """A VecRace over `game` (default: the game env_cfg describes) with the managers.
+
+    `instance` (the collector index) picks a real game's TMInterface server; `challenges`
+    (MapCycle.challenges) tells it which challenge file each map loads.
+    """
     env_cfg = default_env_config() if env_cfg is None else env_cfg
     reward_cfg = default_reward_config() if reward_cfg is None else reward_cfg
     obs, rew, term = build_managers(env_cfg, reward_cfg)
     if game is None:
-        game = make_sim_game(env_cfg, n_cars, maps)
+        env = as_dict(env_cfg, "env")
+        if env.get("backend", "sim") == "sim" and env.get("realtime") is None:
+            game = make_sim_game(env_cfg, n_cars, maps)
+        else:  # the real game, or any game in real time
+            from trackmind.tmi.build import make_game
+
+            game = make_game(env, n_cars, maps, instance=instance, challenges=challenges)
     return VecRace(game, obs, rew, term)

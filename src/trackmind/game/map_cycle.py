@@ -8,12 +8,15 @@ once, when the cycle is built, so an unknown map stops the run before any proces
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from trackmind.errors import ConfigError, check_known_keys
 from trackmind.sim.mapio import load_map
 from trackmind.sim.track import MapError, Track
+
+# a real map also names its challenge file and its author/medal time (conf/map/<name>.yaml)
+ENTRY_KEYS = {"map", "exploration", "greedy", "challenge", "reference_time_ms"}
 
 
 @dataclass(frozen=True)
@@ -24,6 +27,7 @@ class CycleEntry:
     track: Track
     exploration: int = 4
     greedy: int = 1
+    challenge: str | None = None  # the real game's challenge file (env.backend=tminterface)
 
 
 class MapCycle:
@@ -49,6 +53,11 @@ class MapCycle:
     def maps(self) -> dict[str, Track]:
         return {e.name: e.track for e in self.entries}
 
+    @property
+    def challenges(self) -> dict[str, str]:
+        """Track fingerprint -> challenge file, for the entries that name one."""
+        return {e.track.fingerprint(): e.challenge for e in self.entries if e.challenge}
+
     @classmethod
     def from_config(cls, cfg: Any, key: str = "map.cycle") -> MapCycle:
         """Entries `{map, exploration, greedy}`; a bare string is one map with defaults."""
@@ -67,7 +76,7 @@ class MapCycle:
         for i, item in enumerate(cfg):
             k = f"{key}[{i}]"
             item = {"map": item} if isinstance(item, str) else dict(item)
-            check_known_keys(item, {"map", "exploration", "greedy"}, k)
+            check_known_keys(item, ENTRY_KEYS, k)
             spec = item.get("map")
             if not isinstance(spec, str) or not spec:
                 raise ConfigError(f"{k}.map", f"must be a map name or file, got {spec!r}")
@@ -82,7 +91,20 @@ class MapCycle:
                     loaded[spec] = load_map(spec)
                 except MapError as e:
                     raise ConfigError(f"{k}.map", str(e)) from None
-            entries.append(CycleEntry(spec, loaded[spec], **counts))
+            track, challenge = real_map_keys(item, loaded[spec], k)
+            entries.append(CycleEntry(spec, track, **counts, challenge=challenge))
         if all(e.exploration + e.greedy == 0 for e in entries):
             raise ConfigError(key, "every entry has 0 races")
         return cls(entries)
+
+
+def real_map_keys(item: Mapping, track: Track, key: str) -> tuple[Track, str | None]:
+    """The entry's challenge file, and its track carrying the given reference time."""
+    challenge, ref = item.get("challenge"), item.get("reference_time_ms")
+    if challenge is not None and (not isinstance(challenge, str) or not challenge):
+        raise ConfigError(f"{key}.challenge", f"must be a challenge file name, got {challenge!r}")
+    if ref is not None:
+        if isinstance(ref, bool) or not isinstance(ref, (int, float)) or not ref > 0:
+            raise ConfigError(f"{key}.reference_time_ms", f"must be a time > 0 ms, got {ref!r}")
+        track = replace(track, reference_time_ms=float(ref))
+    return track, challenge

@@ -113,9 +113,9 @@ def plan_run(cfg: Any) -> RunPlan:
         require(isinstance(cfg.get(group), Mapping), group, "missing config group")
     env = cfg["env"]
     require(
-        env.get("backend", "sim") == "sim",
+        env.get("backend", "sim") in ("sim", "tminterface"),
         "env.backend",
-        f"unknown backend {env.get('backend')!r} (known: sim)",
+        f"unknown backend {env.get('backend')!r} (known: sim, tminterface)",
     )
     obs, rew, _ = build_managers(env, cfg["reward"])
     frame_shape = frame_shape_of(env)
@@ -154,6 +154,9 @@ def plan_run(cfg: Any) -> RunPlan:
     cfg["checkpoint"] = asdict(check_schema(cfg.get("checkpoint"), CheckpointConfig, "checkpoint"))
     cycle = MapCycle.from_config(cfg["map"].get("cycle"), "map.cycle")
     check_known_keys(cfg["map"], {"cycle"}, "map")
+    from trackmind.tmi.config import check_run
+
+    check_run(cfg, cycle)  # real game / real time: settings, real maps, servers answering
     stats = obs.term("float")
     # rollouts record Phi already multiplied by each term's weight (RewardManager.potentials)
     recorded = [t.name for t in rew.terms if t.is_potential and rew.shaping == "collate"]
@@ -181,7 +184,14 @@ def build_collector_parts(cfg: dict, n_cars: int, offset: int = 0):
     cycle = MapCycle.from_config(cfg["map"]["cycle"], "map.cycle")
     for _ in range(offset * n_cars):
         cycle.next()
-    race = make_race(cfg["env"], cfg["reward"], n_cars=n_cars, maps=cycle.entries[0].track)
+    race = make_race(
+        cfg["env"],
+        cfg["reward"],
+        n_cars=n_cars,
+        maps=cycle.entries[0].track,
+        instance=offset,  # a real game per collector: TMInterface server <prefix><offset>
+        challenges=cycle.challenges,
+    )
     stats = race.observation.term("float")
     net = build_network_from(
         cfg, frame_shape_of(cfg["env"]), float_dim_of(race.observation), stats.mean, stats.std

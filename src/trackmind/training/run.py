@@ -348,7 +348,7 @@ def train(
         "pid": os.getpid(),
     }
     (output_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=float))
-    if logger is not None and hasattr(logger, "experiment"):
+    if logger is not None and hasattr(logger, "run_id"):  # MLflow (CSV has no run)
         logger.experiment.log_metric(logger.run_id, "objective", result)
         logger.experiment.log_artifact(logger.run_id, str(output_dir / "summary.json"))
         logger.experiment.log_artifact(logger.run_id, str(ckpt))
