@@ -326,3 +326,22 @@ def test_every_group_option_composes_and_plans(group):
         for opt in options:
             plan = plan_run(compose("train", [f"{group}={opt}"]))
             assert plan.cycle.entries, f"{group}={opt}"
+
+
+def test_csv_logger_run_ends_cleanly(tmp_path):
+    args = [
+        a for a in _args(tmp_path, "logger=csv", "trainer.max_steps=5") if "tracking_uri" not in a
+    ]
+    res = subprocess.run(
+        args,
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=180,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["global_step"] == 5 and summary["mlflow_run_id"] is None
+    assert list((tmp_path / "run" / "csv").rglob("metrics.csv"))
+    assert (tmp_path / "run" / "checkpoints" / "last.ckpt").is_file()
+    assert not (tmp_path / "mlflow.db").exists()
