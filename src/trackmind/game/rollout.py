@@ -8,8 +8,9 @@ car_gear_and_wheels, positions, speeds, and each potential in `potentials`), plu
 terms that fired).
 
 With the vectorized sim every car runs its own race: `races()` steps them together with
-batched inference and yields each race as it ends; `rollout()` is the single-race form
-used with the real game and for evaluation.
+batched inference and yields each race as it ends; `begin()`/`advance()` are the same loop
+one step at a time (the Ray RolloutWorker batches the inference of several games with
+them); `rollout()` is the single-race form used with the real game and for evaluation.
 """
 
 from __future__ import annotations
@@ -96,45 +97,66 @@ class GameInstanceManager:
         self.race = race
         self.cycle = cycle
         self.monitor = monitor or PipelineMonitor()
+        self.obs: Any = None  # the batched observation of the current step (after begin())
+        self.greedy = np.zeros(race.n_cars, bool)  # which cars race greedily (evaluation)
+        self._records: list[_RaceRecord] = []
+
+    def begin(self) -> None:
+        """Start a race on every car (the next maps of the cycle); fills `obs` and `greedy`."""
+        race = self.race
+        n = race.n_cars
+        plan = [self.cycle.next() for _ in range(n)]
+        self.obs, _ = race.reset(maps=[e.track for e, _ in plan])
+        self._records = [_RaceRecord(e, g) for e, g in plan]
+        phis = race.potentials()
+        for c in range(n):
+            self._records[c].add_state(race, self.obs, phis, c)
+        self.greedy = np.array([g for _, g in plan])
+
+    def advance(
+        self, actions: np.ndarray, q: np.ndarray, was_greedy: np.ndarray
+    ) -> list[tuple[int, dict]]:
+        """Apply one action per car; returns (car, rollout_results) of the races that ended.
+
+        Cars whose race ended start the next race of the cycle at once; `obs` and `greedy`
+        then describe the new races. The step-wise form of `races()`, for callers that batch
+        the inference of several games.
+        """
+        race, mon = self.race, self.monitor
+        with mon.stage("game_step"):
+            self.obs, reward, terminated, truncated, info = race.step(actions)
+        mon.count_actions(race.n_cars)
+        phis = race.potentials()
+        done = terminated | truncated
+        records = self._records
+        for c in range(race.n_cars):
+            rec = records[c]
+            rec.add_action(actions[c], q[c], was_greedy[c], reward[c])
+            rec.add_state(race, self.obs, phis, c)
+        if not done.any():
+            return []
+        ended = np.flatnonzero(done)
+        results = [(int(c), records[c].finish(race, c, info["termination_terms"])) for c in ended]
+        nxt = [self.cycle.next() for _ in ended]
+        with mon.stage("game_step"):
+            self.obs, _ = race.reset(cars=ended, maps=[e.track for e, _ in nxt])
+        phis = race.potentials()
+        for c, (entry, g) in zip(ended, nxt):
+            records[c] = _RaceRecord(entry, g)
+            records[c].add_state(race, self.obs, phis, c)
+            self.greedy[c] = g
+        return results
 
     def races(
         self, policy: Policy, should_stop: Callable[[], bool] = lambda: False
     ) -> Iterator[dict]:
         """Race every car continuously; yield each finished or cut race's rollout_results."""
-        race, mon = self.race, self.monitor
-        n = race.n_cars
-        plan = [self.cycle.next() for _ in range(n)]
-        obs, _ = race.reset(maps=[e.track for e, _ in plan])
-        records = [_RaceRecord(e, g) for e, g in plan]
-        phis = race.potentials()
-        for c in range(n):
-            records[c].add_state(race, obs, phis, c)
-        greedy = np.array([g for _, g in plan])
+        self.begin()
         while not should_stop():
-            with mon.stage("inference"):
-                actions, q, was_greedy = policy(obs, greedy)
-            with mon.stage("game_step"):
-                obs, reward, terminated, truncated, info = race.step(actions)
-            mon.count_actions(n)
-            phis = race.potentials()
-            done = terminated | truncated
-            for c in range(n):
-                rec = records[c]
-                rec.add_action(actions[c], q[c], was_greedy[c], reward[c])
-                rec.add_state(race, obs, phis, c)
-            if not done.any():
-                continue
-            ended = np.flatnonzero(done)
-            results = [records[c].finish(race, c, info["termination_terms"]) for c in ended]
-            nxt = [self.cycle.next() for _ in ended]
-            with mon.stage("game_step"):
-                obs, _ = race.reset(cars=ended, maps=[e.track for e, _ in nxt])
-            phis = race.potentials()
-            for c, (entry, g) in zip(ended, nxt):
-                records[c] = _RaceRecord(entry, g)
-                records[c].add_state(race, obs, phis, c)
-                greedy[c] = g
-            yield from results
+            with self.monitor.stage("inference"):
+                actions, q, was_greedy = policy(self.obs, self.greedy)
+            for _, r in self.advance(actions, q, was_greedy):
+                yield r
 
     def rollout(self, policy: Policy, entry: CycleEntry | None = None, greedy: bool = False):
         """One race on a one-car game (the real game, evaluation); returns rollout_results."""

@@ -75,6 +75,7 @@ class RaceMetricsCallback(L.Callback):
         m["frames"] = float(dm.shared.frames.value)
         m["collector/alive"] = float(dm_pool_alive(trainer))
         m["collector/restarts"] = float(dm_pool_restarts(trainer))
+        m.update(dm_pool_metrics(trainer))  # e.g. collector=ray: stale races, episodes
         m["weights/version"] = float(dm.shared.weights_version.value)
         eps = getattr(pl_module, "epsilon_now", None)
         if eps is not None:
@@ -101,3 +102,9 @@ def dm_pool_alive(trainer) -> int:
 def dm_pool_restarts(trainer) -> int:
     cb = _collector_callback(trainer)
     return cb.pool.restarts if cb else 0
+
+
+def dm_pool_metrics(trainer) -> dict[str, float]:
+    cb = _collector_callback(trainer)
+    metrics = getattr(cb.pool, "metrics", None) if cb else None
+    return metrics() if metrics is not None else {}

@@ -120,6 +120,9 @@ class ReplayDataModule(L.LightningDataModule):
 
     def _handle(self, msg: dict) -> int:
         kind = msg.get("type")
+        if kind == "race" and "rollout" in msg:  # handed over in memory (collector=ray)
+            self._add_race(msg["rollout"])
+            return 1
         if kind == "race":
             try:
                 r = read_spool(msg["path"])
