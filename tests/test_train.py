@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
+from smoke_cli import smoke_args, unbuffered_env
 
 from trackmind.errors import ConfigError
 from trackmind.training.datamodule import replay_ratio_allows
@@ -26,19 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TRAIN = ROOT / "scripts" / "train.py"
 
 
-def _args(tmp: Path, *extra: str) -> list[str]:
-    return [
-        sys.executable,
-        str(TRAIN),
-        "debug=smoke",
-        f"hydra.run.dir={tmp / 'run'}",
-        f"logger.tracking_uri=sqlite:///{tmp / 'mlflow.db'}",
-        *extra,
-    ]
-
-
-def _env() -> dict:
-    return {**os.environ, "PYTHONUNBUFFERED": "1"}
+_args, _env = smoke_args, unbuffered_env
 
 
 def _collectors(pid: int) -> list[int]:
