@@ -10,7 +10,9 @@ after a warm-up (the first race in, plus `--warmup` seconds) the transitions tha
 replay buffers through ReplayDataModule.drain (the learner's real path, n-step rule
 included) are counted for `--seconds`. No learning runs, so collection is what is measured.
 Ray is started once, before the first repeat; its start-up time is reported on its own.
-Figures are medians; the budget: on one machine Ray costs under 15% (ratio >= 0.85).
+Figures are medians; the ratio judged is the median of each repeat's ray/local ratio (the two
+ran back to back, so machine drift cancels); the budget: on one machine Ray costs under 15%
+(ratio >= 0.85).
 """
 
 from __future__ import annotations
@@ -127,6 +129,11 @@ def main() -> None:
             ray.shutdown()
     med = {b: statistics.median(x["transitions_per_s"] for x in v) for b, v in runs.items()}
     ratio = med["ray"] / med["local"]
+    # each repeat's two backends ran back to back: their ratio cancels the machine's drift
+    paired = statistics.median(
+        r["transitions_per_s"] / loc["transitions_per_s"]
+        for r, loc in zip(runs["ray"], runs["local"], strict=True)
+    )
     ccfg = plans["ray"].cfg["collector"]
     print()
     print(
@@ -139,13 +146,23 @@ def main() -> None:
     for b in ("local", "ray"):
         each = ", ".join(f"{x['transitions_per_s']:.0f}" for x in runs[b])
         print(f"| collector={b} | {med[b]:.0f} | {each} |")
-    verdict = "within" if ratio >= BUDGET_RATIO else "OVER"
-    overhead = 100 * (1 - ratio)
-    print(f"ray / local = {ratio:.3f} (Ray overhead {overhead:.1f}%, {verdict} the 15% budget)")
+    verdict = "within" if paired >= BUDGET_RATIO else "OVER"
+    overhead = 100 * (1 - paired)
+    print(f"ray / local of the medians = {ratio:.3f}")
+    print(
+        f"ray / local, median of the repeats' ratios = {paired:.3f} "
+        f"(Ray overhead {overhead:.1f}%, {verdict} the 15% budget)"
+    )
     if args.json:
         args.json.write_text(
             json.dumps(
-                {"runs": runs, "median": med, "ratio": ratio, "ray_start_s": ray_start_s},
+                {
+                    "runs": runs,
+                    "median": med,
+                    "ratio": ratio,
+                    "paired_ratio": paired,
+                    "ray_start_s": ray_start_s,
+                },
                 indent=1,
             )
         )

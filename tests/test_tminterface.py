@@ -42,6 +42,7 @@ from trackmind.tmi.reference_line import (
 )
 from trackmind.tmi.standin import find_standin, start_standin, stop_all_standins
 from trackmind.tmi.state import (
+    game_to_world,
     read_kinematics,
     rotation_to_game,
     rotation_to_world,
@@ -176,6 +177,36 @@ def test_sim_state_data_is_parsed_from_its_real_byte_layout():
     np.testing.assert_array_equal(k.wheel_sliding, [False, False, True, False])
     np.testing.assert_array_equal(k.material_group, [0, 0, 1, 0])  # grass on wheel 2
     assert [c.time for c in st.cp_data.cp_times] == [3000, -1]
+
+
+def test_precomputed_offsets_read_what_the_struct_proxies_read():
+    """read_kinematics reads fixed offsets; tminterface's proxies must agree field by field."""
+    rng = np.random.default_rng(0)
+    s = SimStateData()
+    dyna, mobil = s.dyna.current_state, s.scene_mobil
+    for name in ("position", "linear_speed", "angular_speed"):
+        setattr(dyna, name, rng.normal(size=3) * 50)
+    dyna.rotation = rng.normal(size=(3, 3))
+    mobil.engine.gear, mobil.engine.actual_rpm = 4, 6543.5
+    mobil.has_any_lateral_contact = True
+    s.player_info.race_time = 123456
+    for i in range(4):
+        w = s.simulation_wheels[i].real_time_state
+        w.has_ground_contact, w.is_sliding = bool(i % 2), bool(i // 2)
+        w.damper_absorb, w.contact_material_id = 0.01 * (i + 1), [0, 2, 3, 5][i]
+    k = read_kinematics(SimStateData(bytes(s.data)))
+    rot = rotation_to_world(dyna.rotation.to_numpy().reshape(3, 3))
+    np.testing.assert_allclose(k.rotation, rot)
+    np.testing.assert_allclose(k.position, game_to_world(dyna.position.to_numpy()))
+    np.testing.assert_allclose(k.velocity, rot.T @ game_to_world(dyna.linear_speed.to_numpy()))
+    np.testing.assert_allclose(
+        k.angular_velocity, rot.T @ game_to_world(dyna.angular_speed.to_numpy())
+    )
+    assert (k.gear, k.rpm, k.wall_contact, k.race_time_ms) == (4, 6543.5, True, 123456)
+    np.testing.assert_array_equal(k.wheel_contact, [False, True, False, True])
+    np.testing.assert_array_equal(k.wheel_sliding, [False, False, True, True])
+    np.testing.assert_allclose(k.damper_absorb, [0.01, 0.02, 0.03, 0.04], rtol=1e-6)
+    np.testing.assert_array_equal(k.material_group, [0, 1, 2, 1])  # road, grass, ice, sand
 
 
 def test_standin_states_round_trip_the_sim_car():
@@ -447,7 +478,7 @@ def test_no_tminterface_reachable_fails_within_the_timeout(real_map):
         plan_run(cfg)
     msg = str(e.value)
     assert msg.startswith("env.tminterface: TMInterface server 'TMInterface0' did not answer")
-    assert one_line(msg) and "start game 0 of 2" in msg
+    assert one_line(msg) and "start game 1 of 2" in msg
     # the real tminterface package: named shared memory that only Windows (or Wine) has
     tmi = TMInterfaceConfig(connection="tminterface", connect_timeout_s=0.5)
     t0 = time.monotonic()

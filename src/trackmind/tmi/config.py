@@ -223,8 +223,8 @@ def probe_servers(tmi: TMInterfaceConfig, n_games: int, action_ms: int = 50) -> 
         except GameUnavailable as e:
             raise ConfigError(
                 KEY,
-                f"{e}: start game {i} of {n_games} with TMInterface (servers are named in start "
-                f"order) or set env.tminterface.launch_command{hint}",
+                f"{e}: start game {i + 1} of {n_games} with TMInterface (servers are named in "
+                f"start order) or set env.tminterface.launch_command{hint}",
             ) from None
         client.release()
         iface.close()

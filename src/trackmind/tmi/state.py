@@ -10,6 +10,8 @@ car, the reference lines and the stand-in game in one frame.
 
 from __future__ import annotations
 
+import functools
+import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,30 +85,79 @@ class Kinematics:
         return float(np.arctan2(self.rotation[1, 0], self.rotation[0, 0]))
 
 
-def _vec(proxy: Any) -> np.ndarray:
-    return np.asarray(proxy.to_numpy() if hasattr(proxy, "to_numpy") else proxy, np.float64)
+@dataclass(frozen=True)
+class Slot:
+    """Where one field of a SimStateData lies: its offset and struct format (all its items)."""
+
+    offset: int
+    unpack: struct.Struct
+
+    def read(self, data: bytes | bytearray) -> tuple:
+        return self.unpack.unpack_from(data, self.offset)
+
+
+def field_slot(proxy: Any, name: str) -> Slot:
+    """The Slot of field `name` of a tminterface.structs proxy (bytefield's own offsets)."""
+    field = getattr(type(proxy), f"{name}_field")
+    elem = getattr(field, "_elem_field", field)  # an ArrayField's items
+    fmt, count = elem.format, field.size // elem.size
+    prefix = fmt[0] if fmt[0] in "@=<>!" else ""
+    return Slot(proxy.calc_offset(field), struct.Struct(f"{prefix}{count}{fmt[len(prefix) :]}"))
+
+
+WHEEL_FIELDS = ("has_ground_contact", "is_sliding", "damper_absorb", "contact_material_id")
+
+
+@functools.cache
+def sim_state_layout() -> dict[str, Slot]:
+    """The fields read_kinematics needs, located once from tminterface.structs.
+
+    Everything up to player_info has a fixed size, so the offsets are constants. Read with
+    precompiled structs, a state parses in about 40 us against 0.4-0.6 ms through bytefield's
+    proxies, which compute every offset again on each access: a tenth of an action at
+    Linesight's pace of about 190 actions/s per game.
+    """
+    from tminterface.structs import SimStateData
+
+    s = SimStateData()
+    dyna, mobil = s.dyna.current_state, s.scene_mobil
+    slots = {n: field_slot(dyna, n) for n in ("position", "rotation", "linear_speed")}
+    slots["angular_speed"] = field_slot(dyna, "angular_speed")
+    slots["gear"] = field_slot(mobil.engine, "gear")
+    slots["actual_rpm"] = field_slot(mobil.engine, "actual_rpm")
+    slots["has_any_lateral_contact"] = field_slot(mobil, "has_any_lateral_contact")
+    slots["race_time"] = field_slot(s.player_info, "race_time")
+    for i in range(4):
+        wheel = s.simulation_wheels[i].real_time_state
+        for n in WHEEL_FIELDS:
+            slots[f"{n}/{i}"] = field_slot(wheel, n)
+    return slots
 
 
 def read_kinematics(state: Any) -> Kinematics:
-    """Parse a tminterface SimStateData (real layout, via tminterface.structs)."""
-    dyna = state.dyna.current_state
-    rot = rotation_to_world(_vec(dyna.rotation).reshape(3, 3))
-    vel_world = game_to_world(_vec(dyna.linear_speed))
-    ang_world = game_to_world(_vec(dyna.angular_speed))
-    mobil = state.scene_mobil
-    engine = mobil.engine
-    wheels = [state.simulation_wheels[i].real_time_state for i in range(4)]
+    """Parse a tminterface SimStateData (its real byte layout, offsets from tminterface.structs)."""
+    data, slots = state.data, sim_state_layout()
+
+    def get(name: str) -> tuple:
+        return slots[name].read(data)
+
+    def wheels(name: str) -> list:
+        return [get(f"{name}/{i}")[0] for i in range(4)]
+
+    rot = rotation_to_world(np.array(get("rotation"), np.float64).reshape(3, 3))
+    vel_world = game_to_world(np.array(get("linear_speed")))
+    ang_world = game_to_world(np.array(get("angular_speed")))
     return Kinematics(
-        position=game_to_world(_vec(dyna.position)),
+        position=game_to_world(np.array(get("position"))),
         rotation=rot,
         velocity=rot.T @ vel_world,
         angular_velocity=rot.T @ ang_world,
-        gear=int(engine.gear),
-        rpm=float(engine.actual_rpm),
-        wheel_contact=np.array([w.has_ground_contact for w in wheels], bool),
-        wheel_sliding=np.array([w.is_sliding for w in wheels], bool),
-        damper_absorb=np.array([w.damper_absorb for w in wheels], np.float64),
-        material_group=MATERIAL_GROUP[[int(w.contact_material_id) & 0xFF for w in wheels]],
-        wall_contact=bool(mobil.has_any_lateral_contact),
-        race_time_ms=int(state.player_info.race_time),
+        gear=int(get("gear")[0]),
+        rpm=float(get("actual_rpm")[0]),
+        wheel_contact=np.array(wheels("has_ground_contact"), bool),
+        wheel_sliding=np.array(wheels("is_sliding"), bool),
+        damper_absorb=np.array(wheels("damper_absorb"), np.float64),
+        material_group=MATERIAL_GROUP[[int(m) & 0xFF for m in wheels("contact_material_id")]],
+        wall_contact=bool(get("has_any_lateral_contact")[0]),
+        race_time_ms=int(get("race_time")[0]),
     )
