@@ -4,10 +4,14 @@
     python scripts/evaluate.py agent.pt --maps hairpins procedural:42 --races 3
     python scripts/evaluate.py agent.pt --maps starter --trace             # actions and Q
     python scripts/evaluate.py agent.pt --plot-dir outputs/eval            # plots and GIFs
+    python scripts/evaluate.py agent.pt --maps a01                         # a registered map
 
 The checkpoint carries the config it was trained with (network, env, reward), so the same
-observations are built; maps may be any built-in, procedural or imported map, including
-maps the agent never saw. Exit status 2 with one line on a bad checkpoint or map.
+observations are built, in the same game: the sim, or the real game for an agent trained
+with env=tminterface. Maps may be any built-in, procedural or imported map, including maps
+the agent never saw, or the name of a conf/map option (its cycle's maps, with their
+challenge files and reference times: how real-game maps are registered). Exit status 2 with
+one line on a bad checkpoint or map.
 """
 
 from __future__ import annotations
@@ -20,6 +24,9 @@ import numpy as np
 import torch
 
 from trackmind.game.actions import ACTION_NAMES
+from trackmind.tmi.connection import GameUnavailable
+
+MAP_CONF = Path(__file__).resolve().parents[1] / "conf" / "map"
 
 
 def load_checkpoint(path: str) -> dict:
@@ -39,9 +46,25 @@ def load_checkpoint(path: str) -> dict:
     return ckpt
 
 
+def map_entries(names: list[str], conf_dir: Path = MAP_CONF) -> list[dict]:
+    """Cycle entries for --maps: a conf/map option gives its cycle's entries (with their
+    challenge files and reference times), any other name is a map of its own."""
+    from omegaconf import OmegaConf
+
+    entries = []
+    for name in dict.fromkeys(names):
+        option = conf_dir / f"{name}.yaml"
+        if "/" not in name and ":" not in name and option.is_file():
+            cycle = OmegaConf.to_container(OmegaConf.load(option)).get("cycle", [])
+            entries += [{"map": e} if isinstance(e, str) else dict(e) for e in cycle]
+        else:
+            entries.append({"map": name})
+    return entries
+
+
 def evaluate(
     ckpt: dict,
-    maps: list[str],
+    maps: list[str | dict],
     races: int,
     trace: bool = False,
     plot_dir: str | None = None,
@@ -49,92 +72,108 @@ def evaluate(
 ) -> list[dict]:
     """Greedy races (one car each) on every map; a row of results per map.
 
+    `maps` are map names or cycle entries (`{map, challenge, reference_time_ms}`).
     With `plot_dir`, the best race of each map is drawn there (trajectory coloured by speed)
     and, with `video`, rendered as a GIF from the sim (driver's view and minimap).
     """
-    from trackmind.agent.inference import greedy_q
     from trackmind.env.build import make_race
     from trackmind.game.map_cycle import MapCycle
-    from trackmind.game.rollout import GameInstanceManager
-    from trackmind.sim.reference import reference_time_ms
-    from trackmind.training.factory import build_network_from, resolve_frame_shape
+    from trackmind.training.factory import resolve_frame_shape
 
     cfg = resolve_frame_shape(ckpt["config"])
-    cycle = MapCycle.from_config([{"map": m, "exploration": 0, "greedy": 1} for m in maps])
+    entries = [{"map": m} if isinstance(m, str) else dict(m) for m in maps]
+    once = {str(e["map"]): {**e, "exploration": 0, "greedy": 1} for e in entries}  # map once
+    cycle = MapCycle.from_config(list(once.values()))
     rows = []
     for entry in cycle.entries:
-        race = make_race(cfg["env"], cfg["reward"], n_cars=1, maps=entry.track)
-        stats = race.observation.term("float")
-        net = build_network_from(
-            cfg,
-            race.frame_shape if race.frame_shape[0] else None,
-            stats.size,
-            stats.mean,
-            stats.std,
+        race = make_race(
+            cfg["env"], cfg["reward"], n_cars=1, maps=entry.track, challenges=cycle.challenges
         )
         try:
-            net.load_state_dict(ckpt["network"])
-        except RuntimeError as e:  # weights of another architecture than its config
-            first = str(e).splitlines()[1].strip() if "\n" in str(e) else str(e)
-            raise ValueError(f"checkpoint network does not match its config: {first}") from None
-        net.eval()
-        gen = torch.Generator().manual_seed(0)
-        k = int(cfg["network"].get("n_quantiles_inference", 32))
-
-        def policy(obs, greedy, net=net, gen=gen, k=k):
-            img = torch.from_numpy(obs["frame"]) if "frame" in obs else None
-            q = greedy_q(net, img, torch.from_numpy(obs["float"]), k, gen).numpy()
-            return q.argmax(axis=1), q, np.ones(len(q), bool)
-
-        gim = GameInstanceManager(race, cycle)
-        ref = reference_time_ms(entry.track)
-        times, results = [], []
-        for _ in range(races):
-            r = gim.rollout(policy, entry, greedy=True)
-            results.append(r)
-            if r["finished"]:
-                times.append(r["race_time"])
-        if trace and results:
-            r = results[-1]
-            for t in range(0, len(r["actions"]), max(1, len(r["actions"]) // 40)):
-                q = r["q_values"][t]
-                print(
-                    f"  t={t:4d} {r['meters_advanced_along_centerline'][t]:7.1f} m "
-                    f"{ACTION_NAMES[r['actions'][t]]:>18s}  Q max {q.max():+.3f} "
-                    f"spread {q.max() - q.min():.3f}"
-                )
-        best = min(times) if times else None
-        if plot_dir is not None:
-            from trackmind.tracking.plots import plot_trajectory
-
-            shown = min(results, key=lambda r: r["race_time"] or float("inf"))
-            safe = entry.name.replace(":", "_").replace("/", "_")
-            print(f"wrote {plot_trajectory(entry.track, shown, Path(plot_dir) / f'{safe}.png')}")
-            if video:
-                from trackmind.tracking.media import render_race_gif
-
-                print(
-                    f"wrote {render_race_gif(entry.track, shown, Path(plot_dir) / f'{safe}.gif')}"
-                )
-        progress = max(max(r["meters_advanced_along_centerline"]) for r in results)
-        rows.append(
-            {
-                "map": entry.name,
-                "finish_rate": len(times) / races,
-                "best_s": best / 1000 if best else None,
-                "reference_s": ref / 1000,
-                "ratio": best / ref if best else None,
-                "progress": min(1.0, progress / entry.track.length_m),
-                "end": results[-1]["end"],
-            }
-        )
+            rows.append(_evaluate_map(race, cfg, ckpt, cycle, entry, races, trace, plot_dir, video))
+        finally:
+            race.close()  # a real game is released for the next map or the next program
     return rows
+
+
+def _evaluate_map(race, cfg, ckpt, cycle, entry, races, trace, plot_dir, video) -> dict:
+    """`races` greedy races on one map, with the trace, plot and GIF asked for; its row."""
+    from trackmind.agent.inference import greedy_q
+    from trackmind.game.rollout import GameInstanceManager
+    from trackmind.sim.reference import reference_time_ms
+    from trackmind.training.factory import build_network_from
+
+    stats = race.observation.term("float")
+    net = build_network_from(
+        cfg,
+        race.frame_shape if race.frame_shape[0] else None,
+        stats.size,
+        stats.mean,
+        stats.std,
+    )
+    try:
+        net.load_state_dict(ckpt["network"])
+    except RuntimeError as e:  # weights of another architecture than its config
+        first = str(e).splitlines()[1].strip() if "\n" in str(e) else str(e)
+        raise ValueError(f"checkpoint network does not match its config: {first}") from None
+    net.eval()
+    gen = torch.Generator().manual_seed(0)
+    k = int(cfg["network"].get("n_quantiles_inference", 32))
+
+    def policy(obs, greedy, net=net, gen=gen, k=k):
+        img = torch.from_numpy(obs["frame"]) if "frame" in obs else None
+        q = greedy_q(net, img, torch.from_numpy(obs["float"]), k, gen).numpy()
+        return q.argmax(axis=1), q, np.ones(len(q), bool)
+
+    gim = GameInstanceManager(race, cycle)
+    ref = reference_time_ms(entry.track)
+    times, results = [], []
+    for _ in range(races):
+        r = gim.rollout(policy, entry, greedy=True)
+        results.append(r)
+        if r["finished"]:
+            times.append(r["race_time"])
+    if trace and results:
+        r = results[-1]
+        for t in range(0, len(r["actions"]), max(1, len(r["actions"]) // 40)):
+            q = r["q_values"][t]
+            print(
+                f"  t={t:4d} {r['meters_advanced_along_centerline'][t]:7.1f} m "
+                f"{ACTION_NAMES[r['actions'][t]]:>18s}  Q max {q.max():+.3f} "
+                f"spread {q.max() - q.min():.3f}"
+            )
+    best = min(times) if times else None
+    if plot_dir is not None:
+        from trackmind.tracking.plots import plot_trajectory
+
+        shown = min(results, key=lambda r: r["race_time"] or float("inf"))
+        safe = entry.name.replace(":", "_").replace("/", "_")
+        print(f"wrote {plot_trajectory(entry.track, shown, Path(plot_dir) / f'{safe}.png')}")
+        if video:
+            from trackmind.tracking.media import render_race_gif
+
+            print(f"wrote {render_race_gif(entry.track, shown, Path(plot_dir) / f'{safe}.gif')}")
+    progress = max(max(r["meters_advanced_along_centerline"]) for r in results)
+    return {
+        "map": entry.name,
+        "finish_rate": len(times) / races,
+        "best_s": best / 1000 if best else None,
+        "reference_s": ref / 1000,
+        "ratio": best / ref if best else None,
+        "progress": min(1.0, progress / entry.track.length_m),
+        "end": results[-1]["end"],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("checkpoint")
-    ap.add_argument("--maps", nargs="+", default=None, help="default: the training map cycle")
+    ap.add_argument(
+        "--maps",
+        nargs="+",
+        default=None,
+        help="maps or conf/map options (default: the training map cycle)",
+    )
     ap.add_argument("--races", type=int, default=1)
     ap.add_argument("--trace", action="store_true", help="print actions and Q along a race")
     ap.add_argument("--plot-dir", default=None, help="write a trajectory plot + GIF per map here")
@@ -142,16 +181,19 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         ckpt = load_checkpoint(args.checkpoint)
-        maps = args.maps or [e["map"] for e in ckpt["config"]["map"]["cycle"]]
+        if args.maps:
+            maps = map_entries(args.maps)
+        else:  # the training cycle, with its challenge files and reference times
+            maps = list(ckpt["config"]["map"]["cycle"])
         rows = evaluate(
             ckpt,
-            list(dict.fromkeys(maps)),
+            maps,
             args.races,
             args.trace,
             args.plot_dir,
             not args.no_video,
         )
-    except ValueError as e:  # MapError and ConfigError are ValueErrors too
+    except (ValueError, GameUnavailable) as e:  # MapError and ConfigError are ValueErrors too
         print(f"error: {e}", file=sys.stderr)
         return 2
     print("| map | finish rate | best time | reference | ratio | progress | last end |")

@@ -630,3 +630,48 @@ def test_training_runs_through_the_standin(real_map, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     summary = yaml.safe_load((tmp_path / "run" / "summary.json").read_text())
     assert summary["races"] > 5 and summary["collector_restarts"] == 0
+
+
+def test_evaluate_races_a_real_game_agent_on_its_registered_map(real_map, capsys):
+    """scripts/evaluate.py on an agent trained with env=tminterface: it drives the game
+    (here the stand-in) on the map's challenge, against the map's registered reference."""
+    import torch
+
+    from trackmind.training.factory import build_network_from
+
+    plan = plan_run(_compose([*_real_overrides(real_map), "env.tminterface.probe=false"]))
+    net = build_network_from(
+        plan.cfg, plan.frame_shape, plan.float_dim, plan.float_mean, plan.float_std
+    )
+    agent = real_map.parent / "agent.pt"
+    torch.save({"network": net.state_dict(), "config": plan.cfg}, agent)
+    evaluate = load_script("evaluate")
+    # --maps by conf/map option, as make_map_from_run.py registered it
+    entries = evaluate.map_entries(["starter_real", "hairpins"], real_map.parent / "conf")
+    assert entries[0]["challenge"] == "starter" and entries[0]["reference_time_ms"] == 12340
+    assert entries[1] == {"map": "hairpins"}
+    g = standin()
+    assert evaluate.main([str(agent), "--races", "2"]) == 0  # the training cycle's map
+    out = capsys.readouterr().out
+    assert g.commands == ["map starter"]  # the challenge was loaded, once for both races
+    row = next(line for line in out.splitlines() if "starter_real" in line)
+    assert f"| {REF_MS / 1000:.2f} s |" in row  # the map's own reference time
+    assert find_standin("TMInterface0") is g  # released, not closed: the game stays up
+
+
+def test_evaluate_without_a_game_ends_in_one_line(real_map, capsys):
+    import torch
+
+    from trackmind.training.factory import build_network_from
+
+    ov = [*_real_overrides(real_map), "env.tminterface.probe=false"]
+    plan = plan_run(_compose([*ov, "env.tminterface.restart_attempts=0"]))
+    net = build_network_from(
+        plan.cfg, plan.frame_shape, plan.float_dim, plan.float_mean, plan.float_std
+    )
+    agent = real_map.parent / "agent_nogame.pt"
+    torch.save({"network": net.state_dict(), "config": plan.cfg}, agent)
+    assert load_script("evaluate").main([str(agent)]) == 2  # no stand-in serves TMInterface0
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: TMInterface server 'TMInterface0' did not answer"), err
+    assert one_line(err) and "launch_command" in err
