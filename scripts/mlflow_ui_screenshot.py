@@ -25,7 +25,6 @@ import urllib.request
 from pathlib import Path
 
 BROWSERS = ("chromium-headless-shell", "chromium", "chromium-browser", "google-chrome")
-ML_VIEW = ("mlflow.experimentKind", "custom_model_development")  # the "Model training" view
 
 
 def find_browser() -> str | None:
@@ -156,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     from mlflow.tracking import MlflowClient
+
+    from trackmind.training.run import ML_VIEW
 
     client = MlflowClient(tracking_uri=args.tracking_uri)
     exp = client.get_experiment_by_name(args.experiment)

@@ -8,17 +8,19 @@ photographed in a headless browser (scripts/mlflow_ui_screenshot.py makes docs/ 
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import urllib.request
 from pathlib import Path
 
 import pytest
 
+from trackmind.training.run import ML_VIEW
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from mlflow_ui_screenshot import (  # noqa: E402
-    ML_VIEW,
     find_browser,
     free_port,
     pick_runs,
@@ -63,35 +65,82 @@ def store(tmp_path_factory):
     return uri, exp, client
 
 
-def test_ui_serves_both_runs_and_their_race_times(store, tmp_path):
-    uri, exp, client = store
+@pytest.fixture(scope="module")
+def server(store):
+    """A real `mlflow server` on 127.0.0.1 over the store; its base URL."""
     port = free_port()
-    proc = start_ui(uri, port)
+    proc = start_ui(store[0], port)
+    yield f"http://127.0.0.1:{port}"
+    stop_ui(proc)
+
+
+def test_ui_serves_both_runs_and_their_race_times(store, server, tmp_path):
+    _, exp, client = store
+    base = server
+    status, html = _get(base + "/")
+    assert status == 200 and '<div id="root"' in html  # the UI's single-page app
+    found = _post(base + "/api/2.0/mlflow/runs/search", {"experiment_ids": [exp]})["runs"]
+    assert sorted(r["info"]["run_name"] for r in found) == ["fast", "slow"]
+    for r in found:
+        q = f"run_id={r['info']['run_id']}&metric_key=race/starter/time"
+        _, body = _get(f"{base}/api/2.0/mlflow/metrics/get-history?{q}")
+        hist = [m["value"] for m in json.loads(body)["metrics"]]
+        assert hist == TIMES[r["info"]["run_name"]]
+    browser = find_browser()
     try:
-        base = f"http://127.0.0.1:{port}"
-        status, html = _get(base + "/")
-        assert status == 200 and '<div id="root"' in html  # the UI's single-page app
-        found = _post(base + "/api/2.0/mlflow/runs/search", {"experiment_ids": [exp]})["runs"]
-        assert sorted(r["info"]["run_name"] for r in found) == ["fast", "slow"]
-        for r in found:
-            q = f"run_id={r['info']['run_id']}&metric_key=race/starter/time"
-            _, body = _get(f"{base}/api/2.0/mlflow/metrics/get-history?{q}")
-            hist = [m["value"] for m in json.loads(body)["metrics"]]
-            assert hist == TIMES[r["info"]["run_name"]]
-        browser = find_browser()
-        try:
-            import playwright  # noqa: F401
-        except ImportError:
-            browser = None
-        if browser is None:
-            pytest.skip("no headless browser here (Playwright + system Chromium): API checked")
-        runs = pick_runs(client, exp, ["fast", "slow"])
-        files = screenshots(base, exp, runs, tmp_path, browser)
-    finally:
-        stop_ui(proc)
+        import playwright  # noqa: F401
+    except ImportError:
+        browser = None
+    if browser is None:
+        pytest.skip("no headless browser here (Playwright + system Chromium): API checked")
+    runs = pick_runs(client, exp, ["fast", "slow"])
+    files = screenshots(base, exp, runs, tmp_path, browser)
     from PIL import Image
 
     for f in files:
         im = Image.open(f).convert("L")
         lo, hi = im.getextrema()
         assert im.size == (1500, 820) and hi - lo > 100  # a rendered page, not a blank one
+
+
+def test_parallel_jobs_share_one_store_through_the_server(store, server, tmp_path):
+    """Two training jobs at once, as a parallel launcher runs them, with logger=mlflow_server:
+    both create-or-find the same new experiment, the server serialises their writes, and
+    both runs end complete in the store."""
+    client = store[2]
+    jobs: list[subprocess.Popen] = []
+    try:
+        jobs = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    str(ROOT / "scripts" / "train.py"),
+                    "debug=smoke",
+                    "logger=mlflow_server",
+                    f"logger.tracking_uri={server}",
+                    "logger.experiment_name=parallel",
+                    f"logger.artifact_location={tmp_path / 'artifacts'}",
+                    "logger.system_metrics_every_s=0",
+                    f"hydra.run.dir={tmp_path / f'job{i}'}",
+                    f"seed={i}",
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for i in range(2)
+        ]
+        outs = [job.communicate(timeout=400) for job in jobs]
+    finally:
+        for job in jobs:
+            if job.poll() is None:
+                job.kill()
+    for job, (_, err) in zip(jobs, outs, strict=True):
+        assert job.returncode == 0, err[-3000:]
+    exp = client.get_experiment_by_name("parallel")
+    runs = client.search_runs([exp.experiment_id])
+    assert len(runs) == 2 and {r.info.status for r in runs} == {"FINISHED"}
+    assert sorted(r.data.params["seed"] for r in runs) == ["0", "1"]
+    for r in runs:
+        assert client.get_metric_history(r.info.run_id, "train/loss")
+        assert "race/starter/time" in r.data.metrics or "race/starter/progress" in r.data.metrics

@@ -39,6 +39,8 @@ from trackmind.training.race_stats import RaceStats
 from trackmind.training.shared import make_shared, publish_weights
 
 log = logging.getLogger(__name__)
+# the experiment tag that opens it in the MLflow UI's "Model training" view (not GenAI)
+ML_VIEW = ("mlflow.experimentKind", "custom_model_development")
 FAIL_RATIO = 10.0
 
 
@@ -75,6 +77,8 @@ def make_logger(
     if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
         Path(uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
     artifacts = lg.get("artifact_location") or default_artifact_location(uri)
+    if run_id is None:
+        ensure_experiment(uri, lg["experiment_name"], artifacts)
     return MLFlowLogger(
         experiment_name=lg["experiment_name"],
         tracking_uri=uri,
@@ -84,6 +88,29 @@ def make_logger(
         run_id=run_id,
         artifact_location=artifacts,
     )
+
+
+def ensure_experiment(tracking_uri: str, name: str, artifact_location: str | None) -> str:
+    """The experiment's id, creating it if need be (tagged to open as training runs).
+
+    Jobs of a parallel launcher start together: both may find no experiment and create
+    it; the loser's RESOURCE_ALREADY_EXISTS means it is there, so it is looked up again.
+    """
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    exp = client.get_experiment_by_name(name)
+    if exp is None:
+        try:
+            client.create_experiment(name, artifact_location=artifact_location)
+        except MlflowException as e:
+            if e.error_code != "RESOURCE_ALREADY_EXISTS":
+                raise
+        exp = client.get_experiment_by_name(name)
+    if exp.tags.get(ML_VIEW[0]) != ML_VIEW[1]:  # open in the UI's "Model training" view
+        client.set_experiment_tag(exp.experiment_id, *ML_VIEW)
+    return exp.experiment_id
 
 
 def default_artifact_location(tracking_uri: str) -> str | None:
@@ -260,10 +287,6 @@ def train(
     if logger is not None and saved is None:
         logger.log_hyperparams(flatten({k: v for k, v in cfg.items() if k != "hydra"}))
         log_config_artifact(logger, cfg, output_dir)
-        if hasattr(logger, "experiment_id"):  # open in the UI's "Model training" view
-            logger.experiment.set_experiment_tag(
-                logger.experiment_id, "mlflow.experimentKind", "custom_model_development"
-            )
     if saved is not None and saved.get("buffer_file"):
         restore_buffers(buffers, Path(resume).parent / saved["buffer_file"])
     ck = validate_checkpoint_config(cfg.get("checkpoint"))
