@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -25,10 +26,10 @@ from trackmind.training.checkpoint import (
     find_checkpoint,
     merge_resume_config,
     read_checkpoint,
-    validate_checkpoint_config,
 )
 from trackmind.training.progress import progress_figures
 from trackmind.training.race_stats import RaceStats
+from trackmind.training.schema import CheckpointConfig, check_schema
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN = ROOT / "scripts" / "train.py"
@@ -233,6 +234,9 @@ def test_merge_resume_config_keeps_the_saved_run():
 
 
 def test_checkpoint_config_validation():
+    def validate_checkpoint_config(cfg):  # what plan_run does with the checkpoint block
+        return asdict(check_schema(cfg, CheckpointConfig, "checkpoint"))
+
     assert validate_checkpoint_config(None) == {
         "every_s": 300.0,
         "save_buffer": False,

@@ -29,15 +29,6 @@ LAST = "last.ckpt"
 BUFFER = "replay.pt"
 
 
-def validate_checkpoint_config(cfg: Mapping | None, key: str = "checkpoint") -> dict:
-    """Defaults filled in; one-line ConfigError on a bad value (schema.CheckpointConfig)."""
-    from dataclasses import asdict
-
-    from trackmind.training.schema import CheckpointConfig, check_schema
-
-    return asdict(check_schema(cfg, CheckpointConfig, key))
-
-
 def read_checkpoint(path: str | Path) -> dict:
     """Load a checkpoint safely (weights_only); ConfigError naming the file if unusable."""
     p = Path(path)

@@ -27,7 +27,6 @@ from trackmind.training.checkpoint import (
     CheckpointCallback,
     check_network_matches,
     read_checkpoint,
-    validate_checkpoint_config,
 )
 from trackmind.training.datamodule import ReplayDataModule
 from trackmind.training.factory import RunPlan, build_network_from
@@ -289,7 +288,7 @@ def train(
         log_config_artifact(logger, cfg, output_dir)
     if saved is not None and saved.get("buffer_file"):
         restore_buffers(buffers, Path(resume).parent / saved["buffer_file"])
-    ck = validate_checkpoint_config(cfg.get("checkpoint"))
+    ck = cfg["checkpoint"]  # filled in and checked by plan_run (schema.CheckpointConfig)
     ckpt_cb = CheckpointCallback(
         output_dir, cfg, ck["every_s"], ck["save_buffer"], ck["log_to_mlflow"], buffers
     )
