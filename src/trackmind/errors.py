@@ -15,6 +15,12 @@ class ConfigError(ValueError):
         super().__init__(f"{key}: {message}")
 
 
+def first_line(e: BaseException) -> str:
+    """An exception's first line (or its type's name), to quote inside a one-line error."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
 def require(condition: bool, key: str, message: str) -> None:
     """Raise ConfigError(key, message) unless condition holds."""
     if not condition:

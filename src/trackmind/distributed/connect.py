@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from trackmind.distributed.config import parse_address
-from trackmind.errors import ConfigError
+from trackmind.errors import ConfigError, first_line
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ def connect_ray(ccfg: Mapping) -> bool:
         try:
             ray.init(**kwargs)
         except Exception as e:
-            raise ConfigError("collector", f"Ray failed to start locally: {_first_line(e)}") from e
+            raise ConfigError("collector", f"Ray failed to start locally: {first_line(e)}") from e
         private_token_file()
     else:
         _, host, _ = parse_address(ccfg.get("address"))
@@ -111,11 +111,6 @@ def connect_ray(ccfg: Mapping) -> bool:
     ctx = ray.get_runtime_context()
     log.info("Ray %s: node %s", "started" if local else "joined", ctx.get_node_id()[:12])
     return True
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
 
 
 # a throwaway driver: Ray's own connection retries cannot be bounded or interrupted in-process
@@ -162,4 +157,4 @@ def _join_within(kwargs: dict, timeout_s: float) -> None:
     try:
         ray.init(**kwargs)
     except Exception as e:
-        raise ConfigError("collector.address", f"cannot join {where}: {_first_line(e)}") from e
+        raise ConfigError("collector.address", f"cannot join {where}: {first_line(e)}") from e

@@ -21,7 +21,7 @@ from typing import Any
 import lightning as L
 import torch
 
-from trackmind.errors import ConfigError, require
+from trackmind.errors import ConfigError, first_line, require
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ def read_checkpoint(path: str | Path) -> dict:
     try:
         ckpt = torch.load(p, map_location="cpu", weights_only=True)
     except Exception as e:  # a truncated/garbled file can fail in any of torch's layers
-        first = str(e).strip().splitlines()[0][:120] if str(e).strip() else type(e).__name__
+        first = first_line(e)[:120]
         raise ConfigError("resume", f"{p}: not a readable checkpoint ({first})") from None
     ok = isinstance(ckpt, dict) and isinstance(ckpt.get("trackmind"), dict)
     ok = ok and "state_dict" in ckpt and isinstance(ckpt["trackmind"].get("config"), dict)
