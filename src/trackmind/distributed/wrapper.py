@@ -21,6 +21,7 @@ from typing import Any
 import ray
 
 from trackmind.distributed.fragment import SampleFragment, is_stale
+from trackmind.queueing import put_until_stopped
 
 SEND_BATCH = 32  # fragments per call to the interface at most ...
 SEND_EVERY_S = 0.25  # ... gathered for this long: few, larger calls (each costs ~ms of CPU)
@@ -93,8 +94,7 @@ class RolloutWorkerWrapper:
             self._stop.set()
             sender.join(5.0)
             worker.close()
-        if self._send_error is not None:
-            raise RuntimeError(f"sender thread failed: {self._send_error!r}")
+        self._check_sender()
         return {"sent": self.sent, "stale_dropped": self.stale_dropped}
 
     # --- the racing thread -------------------------------------------------------------
@@ -120,15 +120,11 @@ class RolloutWorkerWrapper:
         self._enqueue(("stats", timings))
 
     def _enqueue(self, item: tuple) -> bool:
-        while not self._stop.is_set():
-            if self._send_error is not None:
-                raise RuntimeError(f"sender thread failed: {self._send_error!r}")
-            try:
-                self._inbox.put(item, timeout=0.2)
-                return True
-            except queue_mod.Full:
-                continue
-        return False
+        return put_until_stopped(self._inbox, item, self._stop, self._check_sender)
+
+    def _check_sender(self) -> None:
+        if self._send_error is not None:
+            raise RuntimeError(f"sender thread failed: {self._send_error!r}")
 
     # --- the sender thread -------------------------------------------------------------
     def _send_loop(self) -> None:

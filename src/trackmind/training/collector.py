@@ -11,7 +11,6 @@ when the stop flag is set or the learner disappears, so no collector outlives it
 from __future__ import annotations
 
 import os
-import queue as queue_mod
 import shutil
 import signal
 import time
@@ -21,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from trackmind.queueing import put_until_stopped
 from trackmind.training.shared import CollectorLink, pull_weights, write_spool
 
 STACKED = ("frames", "state_float", "q_values", "car_gear_and_wheels", "positions")
@@ -43,13 +43,7 @@ def pack_rollout(r: dict) -> dict:
 
 def _put(shared: CollectorLink, msg: dict) -> bool:
     """Put a message, waiting while the learner is busy; False if asked to stop meanwhile."""
-    while not shared.stop.is_set():
-        try:
-            shared.queue.put(msg, timeout=0.2)
-            return True
-        except queue_mod.Full:
-            continue
-    return False
+    return put_until_stopped(shared.queue, msg, shared.stop)
 
 
 def collector_process_fn(cfg: dict, idx: int, shared: CollectorLink, seed: int) -> None:
