@@ -144,3 +144,26 @@ def test_parallel_jobs_share_one_store_through_the_server(store, server, tmp_pat
     for r in runs:
         assert client.get_metric_history(r.info.run_id, "train/loss")
         assert "race/starter/time" in r.data.metrics or "race/starter/progress" in r.data.metrics
+
+
+@pytest.mark.parametrize("pre_existing", [False, True])
+def test_concurrent_jobs_find_or_create_one_tagged_experiment(store, server, pre_existing):
+    """Eight jobs at once ask for one experiment through the server (the race a parallel
+    launcher makes, which once failed a job on the experiment tag's unique key): all get the
+    same id, no error, and the experiment opens in the training view. With an experiment
+    made elsewhere without the tag, the jobs race to add it and none fails."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from trackmind.training.run import ensure_experiment
+
+    name = f"race-{pre_existing}"
+    client = store[2]
+    if pre_existing:
+        from mlflow.tracking import MlflowClient
+
+        MlflowClient(tracking_uri=server).create_experiment(name)
+    with ThreadPoolExecutor(8) as pool:
+        ids = list(pool.map(lambda _: ensure_experiment(server, name, None), range(8)))
+    exp = client.get_experiment_by_name(name)
+    assert set(ids) == {exp.experiment_id}
+    assert exp.tags[ML_VIEW[0]] == ML_VIEW[1]

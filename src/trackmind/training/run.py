@@ -94,6 +94,9 @@ def ensure_experiment(tracking_uri: str, name: str, artifact_location: str | Non
 
     Jobs of a parallel launcher start together: both may find no experiment and create
     it; the loser's RESOURCE_ALREADY_EXISTS means it is there, so it is looked up again.
+    The view tag is given at creation, so concurrent jobs never write it at once; an
+    experiment made elsewhere without it gets it once, and losing that (cosmetic) race to
+    another job is no error.
     """
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
@@ -102,13 +105,19 @@ def ensure_experiment(tracking_uri: str, name: str, artifact_location: str | Non
     exp = client.get_experiment_by_name(name)
     if exp is None:
         try:
-            client.create_experiment(name, artifact_location=artifact_location)
+            return client.create_experiment(
+                name, artifact_location=artifact_location, tags=dict([ML_VIEW])
+            )
         except MlflowException as e:
             if e.error_code != "RESOURCE_ALREADY_EXISTS":
                 raise
         exp = client.get_experiment_by_name(name)
     if exp.tags.get(ML_VIEW[0]) != ML_VIEW[1]:  # open in the UI's "Model training" view
-        client.set_experiment_tag(exp.experiment_id, *ML_VIEW)
+        try:
+            client.set_experiment_tag(exp.experiment_id, *ML_VIEW)
+        except MlflowException:
+            if client.get_experiment(exp.experiment_id).tags.get(ML_VIEW[0]) != ML_VIEW[1]:
+                raise
     return exp.experiment_id
 
 
