@@ -5,13 +5,17 @@
     python scripts/evaluate.py agent.pt --maps starter --trace             # actions and Q
     python scripts/evaluate.py agent.pt --plot-dir outputs/eval            # plots and GIFs
     python scripts/evaluate.py agent.pt --maps a01                         # a registered map
+    python scripts/evaluate.py agent.pt --taus random --races 5            # Linesight's acting
 
 The checkpoint carries the config it was trained with (network, env, reward), so the same
 observations are built, in the same game: the sim, or the real game for an agent trained
 with env=tminterface. Maps may be any built-in, procedural or imported map, including maps
 the agent never saw, or the name of a conf/map option (its cycle's maps, with their
-challenge files and reference times: how real-game maps are registered). Exit status 2 with
-one line on a bad checkpoint or map.
+challenge files and reference times: how real-game maps are registered). Greedy actions use
+the quantile midpoints as taus, as training's greedy races do, so in the sim a race depends
+on the weights alone: best.pt repeats the race it was kept for (its time is printed beside),
+and more races only differ in the real game or with `--taus random`. Exit status 2 with one
+line on a bad checkpoint or map.
 """
 
 from __future__ import annotations
@@ -69,6 +73,7 @@ def evaluate(
     trace: bool = False,
     plot_dir: str | None = None,
     video: bool = True,
+    midpoint: bool = True,
 ) -> list[dict]:
     """Greedy races (one car each) on every map; a row of results per map.
 
@@ -84,20 +89,23 @@ def evaluate(
     entries = [{"map": m} if isinstance(m, str) else dict(m) for m in maps]
     once = {str(e["map"]): {**e, "exploration": 0, "greedy": 1} for e in entries}  # map once
     cycle = MapCycle.from_config(list(once.values()))
+    opts = dict(races=races, trace=trace, plot_dir=plot_dir, video=video, midpoint=midpoint)
     rows = []
     for entry in cycle.entries:
         race = make_race(
             cfg["env"], cfg["reward"], n_cars=1, maps=entry.track, challenges=cycle.challenges
         )
         try:
-            rows.append(_evaluate_map(race, cfg, ckpt, cycle, entry, races, trace, plot_dir, video))
+            rows.append(_evaluate_map(race, cfg, ckpt, cycle, entry, opts))
         finally:
             race.close()  # a real game is released for the next map or the next program
     return rows
 
 
-def _evaluate_map(race, cfg, ckpt, cycle, entry, races, trace, plot_dir, video) -> dict:
+def _evaluate_map(race, cfg, ckpt, cycle, entry, opts: dict) -> dict:
     """`races` greedy races on one map, with the trace, plot and GIF asked for; its row."""
+    races, trace, plot_dir = opts["races"], opts["trace"], opts["plot_dir"]
+    video, midpoint = opts["video"], opts["midpoint"]
     from trackmind.agent.inference import greedy_q
     from trackmind.game.rollout import GameInstanceManager
     from trackmind.sim.reference import reference_time_ms
@@ -122,7 +130,7 @@ def _evaluate_map(race, cfg, ckpt, cycle, entry, races, trace, plot_dir, video) 
 
     def policy(obs, greedy, net=net, gen=gen, k=k):
         img = torch.from_numpy(obs["frame"]) if "frame" in obs else None
-        q = greedy_q(net, img, torch.from_numpy(obs["float"]), k, gen).numpy()
+        q = greedy_q(net, img, torch.from_numpy(obs["float"]), k, gen, midpoint).numpy()
         return q.argmax(axis=1), q, np.ones(len(q), bool)
 
     gim = GameInstanceManager(race, cycle)
@@ -178,6 +186,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trace", action="store_true", help="print actions and Q along a race")
     ap.add_argument("--plot-dir", default=None, help="write a trajectory plot + GIF per map here")
     ap.add_argument("--no-video", action="store_true", help="with --plot-dir: no GIF")
+    ap.add_argument(
+        "--taus",
+        choices=("midpoint", "random"),
+        default="midpoint",
+        help="taus of the greedy Q: fixed midpoints (as training's greedy races) or random",
+    )
     args = ap.parse_args(argv)
     try:
         ckpt = load_checkpoint(args.checkpoint)
@@ -192,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
             args.trace,
             args.plot_dir,
             not args.no_video,
+            args.taus == "midpoint",
         )
     except (ValueError, GameUnavailable) as e:  # MapError and ConfigError are ValueErrors too
         print(f"error: {e}", file=sys.stderr)
@@ -204,6 +219,13 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"| {r['map']} | {r['finish_rate']:.2f} | {best} | {r['reference_s']:.2f} s | "
             f"{ratio} | {r['progress']:.0%} | {', '.join(r['end'])} |"
+        )
+    kept = ckpt.get("race")
+    if isinstance(kept, dict) and kept.get("race_time_ms"):  # best.pt: the race it was kept for
+        exact = "" if kept.get("exact", True) else "; later weights, that version was gone"
+        print(
+            f"kept for a greedy race on {kept['map']} in training: "
+            f"{kept['race_time_ms'] / 1000:.2f} s (weights version {kept.get('version')}{exact})"
         )
     return 0
 

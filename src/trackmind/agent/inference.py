@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import torch
 
-from trackmind.agent.network import IQNNetwork, random_taus
+from trackmind.agent.network import IQNNetwork, midpoint_taus, random_taus
 
 MODES = ("none", "script", "compile")
 Forward = Callable[[torch.Tensor | None, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -82,8 +82,14 @@ def greedy_q(
     floats: torch.Tensor,
     k: int,
     generator: torch.Generator | None = None,
+    midpoint: bool = False,
 ) -> torch.Tensor:
-    """Q values (B, A): quantiles averaged over k random taus, without autograd."""
+    """Q values (B, A): quantiles averaged over k taus, without autograd.
+
+    Random taus (Linesight's acting) by default; `midpoint` uses the fixed stratum midpoints,
+    which evaluation races use so that they depend on the weights alone.
+    """
     with torch.inference_mode():
-        taus = random_taus(floats.shape[0], k, generator, device=floats.device)
+        b, dev = floats.shape[0], floats.device
+        taus = midpoint_taus(b, k, dev) if midpoint else random_taus(b, k, generator, dev)
         return net(img, floats, taus).mean(dim=1)

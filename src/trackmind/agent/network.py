@@ -40,6 +40,18 @@ def random_taus(
     return torch.rand(batch, k, generator=generator, device=device)
 
 
+def midpoint_taus(batch: int, k: int, device=None) -> torch.Tensor:
+    """Evaluation taus (batch, k): the stratum midpoints (i + 1/2) / k, the same every call.
+
+    Their mean of Z is the midpoint rule for E[Z]: a greedy action that depends only on the
+    state and the weights, so an evaluation race can be repeated exactly.
+    """
+    if k <= 0:
+        raise ValueError(f"need a positive number of taus, got {k}")
+    row = (torch.arange(k, device=device, dtype=torch.float32) + 0.5) / k
+    return row.repeat(batch, 1)
+
+
 def conv_output_shape(
     image_shape: Sequence[int], channels: Sequence[int], kernels: Sequence[int], strides
 ) -> tuple[int, int, int]:

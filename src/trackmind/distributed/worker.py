@@ -89,6 +89,7 @@ class RolloutWorker:
     """Several EnvWorkers, one inference network, one exploration policy."""
 
     def __init__(self, cfg: dict, index: int, seed: int, n_workers: int = 1) -> None:
+        from trackmind.agent.acting import BatchedPolicy
         from trackmind.agent.exploration import build_exploration
         from trackmind.agent.inference import make_inference_network
         from trackmind.training.factory import build_collector_parts
@@ -107,11 +108,15 @@ class RolloutWorker:
             self.envs.append(EnvWorker(e, race, cycle, self.monitor))
             net = net if net is not None else env_net
         self.infer = make_inference_network(net, cfg["network"].get("compile", "none"))
-        self.explorer = build_exploration(cfg["exploration"])
-        self.k_taus = int(cfg["network"]["n_quantiles_inference"])
+        self.acting = BatchedPolicy(
+            self.infer,
+            build_exploration(cfg["exploration"]),
+            int(cfg["network"]["n_quantiles_inference"]),
+            sum(env.n_cars for env in self.envs),
+            seed,
+            frames=self.frames,
+        )
         self.refresh_every = int(ccfg["refresh_every_actions"])
-        self.rng = np.random.default_rng(seed)
-        self.gen = torch.Generator().manual_seed(seed)
         self.version = -1  # no weights yet
         self.frames_at_sync = 0
         self.own_actions = 0  # since the last weights
@@ -133,19 +138,10 @@ class RolloutWorker:
         if new is not None:
             self.load_weights(*new)
 
-    def act(self, obs: dict[str, np.ndarray], greedy: np.ndarray):
-        """(actions, q_values, was_greedy) for a batch: exploration, greedy where asked."""
-        from trackmind.agent.exploration import select_actions
-        from trackmind.agent.inference import greedy_q
-
-        img = torch.from_numpy(obs["frame"]) if "frame" in obs else None
-        floats = torch.from_numpy(obs["float"])
-        q = greedy_q(self.infer, img, floats, self.k_taus, self.gen).numpy()
-        actions, was_greedy = select_actions(q, self.explorer.params(self.frames()), self.rng)
-        if greedy.any():  # evaluation races act greedily
-            actions[greedy] = q[greedy].argmax(axis=1)
-            was_greedy[greedy] = True
-        return actions, q, was_greedy
+    def act(self, obs: dict[str, np.ndarray], greedy: np.ndarray, started: np.ndarray):
+        """(actions, q_values, was_greedy) for a batch: exploration, greedy where asked
+        (greedy races with the weights they started with)."""
+        return self.acting.act(obs, greedy, started, self.version)
 
     def run(
         self,
@@ -168,19 +164,21 @@ class RolloutWorker:
             since_refresh += 1
             obs = concat_obs([env.obs for env in self.envs])
             greedy = np.concatenate([env.greedy for env in self.envs])
+            started = np.concatenate([env.gim.started for env in self.envs])
             with mon.stage("inference"):
-                actions, q, was_greedy = self.act(obs, greedy)
+                actions, q, was_greedy = self.act(obs, greedy, started)
             ended: list[tuple[EnvWorker, int]] = []
             start = 0
             for env in self.envs:
                 part = slice(start, start + env.n_cars)
-                start += env.n_cars
-                for car, started, r in env.step(actions[part], q[part], was_greedy[part]):
+                for car, first_version, r in env.step(actions[part], q[part], was_greedy[part]):
                     ended.append((env, car))
-                    frag = self._fragment(env.index, car, started, r)
+                    raced = self.acting.race_version(start + car, self.version)
+                    frag = self._fragment(env.index, car, first_version, raced, r)
                     with mon.stage("send"):
                         if not handler(frag):
                             return
+                start += env.n_cars
             self.own_actions += len(actions)
             if ended:  # like a local collector, take the newest weights at every race end
                 self.refresh(weights)
@@ -191,16 +189,18 @@ class RolloutWorker:
                 last_stats = time.monotonic()
                 on_stats(mon.summary())
 
-    def _fragment(self, env: int, car: int, started: int, r: dict) -> SampleFragment:
+    def _fragment(self, env: int, car: int, started: int, raced: int, r: dict) -> SampleFragment:
+        """`started`: the version at race start; `raced`: the version recorded for the race
+        (the newest for an exploration race, the frozen one for a greedy race)."""
         r["collector"] = self.index
-        r["weights_version"] = self.version
+        r["weights_version"] = raced
         r["policy_version"] = started
         return SampleFragment(
             worker=self.index,
             env=env,
             car=car,
             policy_version=started,
-            weights_version=self.version,
+            weights_version=raced,
             n_steps=len(r["actions"]),
             rollout=pack_rollout(r),
         )

@@ -4,8 +4,8 @@ One rollout_results dict per race (the seeds' keys, see design.md): per-action l
 length T (actions, action_was_greedy, q_values, rewards, input_w) and per-state lists of
 length T + 1 (frames, state_float, meters_advanced_along_centerline, current_zone_idx,
 car_gear_and_wheels, positions, speeds, and each potential in `potentials`), plus race_time
-(ms, None when the race was cut), finished, map, furthest_zone_idx, end (the termination
-terms that fired).
+(ms, None when the race was cut), finished, map, car (its index in the batch),
+furthest_zone_idx, end (the termination terms that fired).
 
 With the vectorized sim every car runs its own race: `races()` steps them together with
 batched inference and yields each race as it ends; `begin()`/`advance()` are the same loop
@@ -87,6 +87,7 @@ class _RaceRecord:
         r["greedy"] = self.greedy
         r["end"] = [name for name, hit in fired.items() if hit[c]]
         r["race_time_ms"] = int(car.race_time_ms[c])
+        r["car"] = c
         return r
 
 
@@ -99,6 +100,7 @@ class GameInstanceManager:
         self.monitor = monitor or PipelineMonitor()
         self.obs: Any = None  # the batched observation of the current step (after begin())
         self.greedy = np.zeros(race.n_cars, bool)  # which cars race greedily (evaluation)
+        self.started = np.zeros(race.n_cars, bool)  # whose race began at the last step
         self._records: list[_RaceRecord] = []
 
     def begin(self) -> None:
@@ -112,15 +114,16 @@ class GameInstanceManager:
         for c in range(n):
             self._records[c].add_state(race, self.obs, phis, c)
         self.greedy = np.array([g for _, g in plan])
+        self.started[:] = True
 
     def advance(
         self, actions: np.ndarray, q: np.ndarray, was_greedy: np.ndarray
     ) -> list[tuple[int, dict]]:
         """Apply one action per car; returns (car, rollout_results) of the races that ended.
 
-        Cars whose race ended start the next race of the cycle at once; `obs` and `greedy`
-        then describe the new races. The step-wise form of `races()`, for callers that batch
-        the inference of several games.
+        Cars whose race ended start the next race of the cycle at once; `obs`, `greedy` and
+        `started` then describe the new races. The step-wise form of `races()`, for callers
+        that batch the inference of several games.
         """
         race, mon = self.race, self.monitor
         with mon.stage("game_step"):
@@ -128,6 +131,7 @@ class GameInstanceManager:
         mon.count_actions(race.n_cars)
         phis = race.potentials()
         done = terminated | truncated
+        self.started[:] = False
         records = self._records
         for c in range(race.n_cars):
             rec = records[c]
@@ -145,6 +149,7 @@ class GameInstanceManager:
             records[c] = _RaceRecord(entry, g)
             records[c].add_state(race, self.obs, phis, c)
             self.greedy[c] = g
+            self.started[c] = True
         return results
 
     def races(

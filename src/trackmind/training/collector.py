@@ -58,8 +58,9 @@ def collector_process_fn(cfg: dict, idx: int, shared: CollectorLink, seed: int) 
 
 
 def _run(cfg: dict, idx: int, shared: CollectorLink, seed: int, parent: int) -> None:
-    from trackmind.agent.exploration import build_exploration, select_actions
-    from trackmind.agent.inference import greedy_q, make_inference_network
+    from trackmind.agent.acting import BatchedPolicy
+    from trackmind.agent.exploration import build_exploration
+    from trackmind.agent.inference import make_inference_network
     from trackmind.game.rollout import GameInstanceManager
     from trackmind.training.factory import build_collector_parts
 
@@ -68,11 +69,15 @@ def _run(cfg: dict, idx: int, shared: CollectorLink, seed: int, parent: int) -> 
     race, cycle, net = build_collector_parts(cfg, n_cars=int(ccfg["cars_per_process"]), offset=idx)
     version = pull_weights(shared, net, -1)
     infer = make_inference_network(net, cfg["network"].get("compile", "none"))
-    explorer = build_exploration(cfg["exploration"])
-    k_taus = int(cfg["network"]["n_quantiles_inference"])
+    acting = BatchedPolicy(
+        infer,
+        build_exploration(cfg["exploration"]),
+        int(cfg["network"]["n_quantiles_inference"]),
+        race.n_cars,
+        seed,
+        frames=lambda: shared.frames.value,
+    )
     refresh_every = int(ccfg["refresh_every_actions"])
-    rng = np.random.default_rng(seed)
-    gen = torch.Generator().manual_seed(seed)
     gim = GameInstanceManager(race, cycle)
     state = {"since_refresh": 0, "version": version}
 
@@ -81,13 +86,7 @@ def _run(cfg: dict, idx: int, shared: CollectorLink, seed: int, parent: int) -> 
             state["version"] = pull_weights(shared, infer.net, state["version"])
             state["since_refresh"] = 0
         state["since_refresh"] += 1
-        img = torch.from_numpy(obs["frame"]) if "frame" in obs else None
-        q = greedy_q(infer, img, torch.from_numpy(obs["float"]), k_taus, gen).numpy()
-        actions, was_greedy = select_actions(q, explorer.params(shared.frames.value), rng)
-        if greedy.any():  # evaluation races act greedily
-            actions[greedy] = q[greedy].argmax(axis=1)
-            was_greedy[greedy] = True
-        return actions, q, was_greedy
+        return acting.act(obs, greedy, gim.started, state["version"])
 
     def should_stop() -> bool:
         return shared.stop.is_set() or os.getppid() != parent
@@ -95,7 +94,7 @@ def _run(cfg: dict, idx: int, shared: CollectorLink, seed: int, parent: int) -> 
     last_stats = time.monotonic()
     for seq, r in enumerate(gim.races(policy, should_stop)):
         r["collector"] = idx
-        r["weights_version"] = state["version"]
+        r["weights_version"] = acting.race_version(r["car"], state["version"])
         with shared.frames.get_lock():
             shared.frames.value += len(r["actions"])
         with gim.monitor.stage("queue"):

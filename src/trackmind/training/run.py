@@ -217,7 +217,9 @@ def train(
     )
     published: OrderedDict[int, dict] = OrderedDict()  # recent versions, for best.pt
     net_bytes = sum(t.numel() * t.element_size() for t in net.state_dict().values())
-    keep_versions = max(4, min(64, int(256e6 // max(net_bytes, 1))))  # at most ~256 MB
+    # a greedy race is driven by the version it started with and arrives a race later:
+    # keep minutes of versions (~256 MB at most) so that best.pt holds exactly those weights
+    keep_versions = max(4, min(1024, int(256e6 // max(net_bytes, 1))))
 
     def remember(version: int, online: torch.nn.Module) -> int:
         published[version] = {k: v.detach().clone() for k, v in online.state_dict().items()}
@@ -262,13 +264,20 @@ def train(
 
     def keep_best(r: dict) -> None:
         """Greedy policies scatter: keep the weights that drove the best greedy race."""
-        weights = published.get(int(r.get("weights_version", -1)))
+        version = int(r.get("weights_version", -1))
+        weights = published.get(version)
         if weights is None:  # older than the versions kept: the closest we have
+            log.warning(
+                "best.pt: weights version %d of the best race is no longer kept; "
+                "saving the current weights instead",
+                version,
+            )
             weights = module.online_network.state_dict()
         race = {
             "map": r["map"],
             "race_time_ms": r["race_time"],
-            "version": r.get("weights_version"),
+            "version": version,
+            "exact": version in published,  # the weights that drove the race
         }
         torch.save({"network": weights, "config": cfg, "race": race}, output_dir / "best.pt")
         media.record(r)

@@ -1,0 +1,104 @@
+"""The collectors' policy over a batch of cars: exploration races and evaluation races.
+
+Collectors refresh their weights during races (every few actions) so that exploration
+follows the learner closely. An evaluation (greedy) race driven that way would measure a
+blend of versions, and best.pt, the weights kept for the best greedy race, could not repeat
+it. So a greedy race is bound to the weights version current when it starts: a frozen copy
+of those weights drives it to its end, with the quantile midpoints as taus, which makes the
+race a deterministic function of one version (evaluate.py repeats it exactly in the sim).
+Copies are kept per version in use and reused, so a collector holds a few at most.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from trackmind.agent.exploration import Exploration, select_actions
+from trackmind.agent.inference import InferenceNetwork, greedy_q, make_inference_network
+
+
+class FrozenGreedy:
+    """Per car, the weights version its greedy race started with, and those weights."""
+
+    def __init__(self, live: InferenceNetwork, k_taus: int, n_cars: int) -> None:
+        self.live = live
+        self.k = int(k_taus)
+        self.bound = np.full(n_cars, -1, np.int64)  # version of each car's greedy race, or -1
+        self.nets: dict[int, InferenceNetwork] = {}  # version -> frozen copy
+        self._spare: list[InferenceNetwork] = []
+
+    def update(self, greedy: np.ndarray, started: np.ndarray, version: int) -> None:
+        """Bind greedy races starting now to `version` (the live weights); free the rest."""
+        new = greedy & (started | (self.bound < 0))
+        self.bound[~greedy] = -1
+        if new.any():
+            self.bound[new] = version
+            if version not in self.nets:
+                self.nets[version] = self._copy_of_live()
+        for v in [v for v in self.nets if v not in set(self.bound.tolist())]:
+            self._spare.append(self.nets.pop(v))
+
+    def fill(self, q: np.ndarray, img: torch.Tensor | None, floats: torch.Tensor) -> None:
+        """Write the greedy cars' Q values (their frozen weights, midpoint taus) into `q`."""
+        for v, net in self.nets.items():
+            cars = np.flatnonzero(self.bound == v)
+            idx = torch.from_numpy(cars)
+            sub = None if img is None else img[idx]
+            q[cars] = greedy_q(net, sub, floats[idx], self.k, midpoint=True).numpy()
+
+    def _copy_of_live(self) -> InferenceNetwork:
+        if self._spare:
+            net = self._spare.pop()
+        else:  # the same kind of callable as the live one (eager, scripted or compiled)
+            net = make_inference_network(copy.deepcopy(self.live.net), self.live.mode)
+        net.load_state_dict(self.live.net.state_dict())
+        return net
+
+
+class BatchedPolicy:
+    """Actions for a batch of cars: explored from the live weights, greedy from frozen ones."""
+
+    def __init__(
+        self,
+        live: InferenceNetwork,
+        explorer: Exploration,
+        k_taus: int,
+        n_cars: int,
+        seed: int,
+        frames: Callable[[], int],
+    ) -> None:
+        self.live = live
+        self.explorer = explorer
+        self.k = int(k_taus)
+        self.frames = frames
+        self.frozen = FrozenGreedy(live, k_taus, n_cars)
+        self.rng = np.random.default_rng(seed)
+        self.gen = torch.Generator().manual_seed(seed)
+
+    def act(self, obs: dict, greedy: np.ndarray, started: np.ndarray, version: int):
+        """(actions, q_values, was_greedy); `version` is the live weights' version."""
+        self.frozen.update(greedy, started, version)
+        img = torch.from_numpy(obs["frame"]) if "frame" in obs else None
+        floats = torch.from_numpy(obs["float"])
+        q = np.empty((len(greedy), self.live.net.n_actions), np.float32)
+        explore = ~greedy
+        if explore.all():
+            q[:] = greedy_q(self.live, img, floats, self.k, self.gen).numpy()
+        elif explore.any():
+            idx = torch.from_numpy(np.flatnonzero(explore))
+            sub = None if img is None else img[idx]
+            q[explore] = greedy_q(self.live, sub, floats[idx], self.k, self.gen).numpy()
+        self.frozen.fill(q, img, floats)
+        actions, was_greedy = select_actions(q, self.explorer.params(self.frames()), self.rng)
+        actions[greedy] = q[greedy].argmax(axis=1)  # evaluation races act greedily
+        was_greedy[greedy] = True
+        return actions, q, was_greedy
+
+    def race_version(self, car: int, live_version: int) -> int:
+        """The weights version to record for the race `car` just ended (before the next act)."""
+        v = int(self.frozen.bound[car])
+        return v if v >= 0 else int(live_version)

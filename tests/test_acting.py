@@ -1,0 +1,159 @@
+"""The collectors' policy: greedy (evaluation) races keep the weights they started with.
+
+Midpoint taus by hand, FrozenGreedy's binding and reuse of frozen copies, and a real batch
+of sim races whose live weights change every few actions: each greedy race is repeated
+action for action by a one-car race with the single weights version it recorded.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+from hydra import compose, initialize_config_dir
+
+from trackmind.agent.acting import BatchedPolicy, FrozenGreedy
+from trackmind.agent.exploration import build_exploration
+from trackmind.agent.inference import greedy_q, make_inference_network
+from trackmind.agent.network import midpoint_taus
+from trackmind.game.rollout import GameInstanceManager
+from trackmind.training.factory import build_collector_parts, plan_run
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from evaluate import evaluate  # noqa: E402
+
+
+def _cfg(*overrides: str) -> dict:
+    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
+        cfg = compose("train", overrides=["debug=smoke", "network=iqn_floats", *overrides])
+    return plan_run(cfg).cfg
+
+
+def _weights(net: torch.nn.Module, seed: int) -> dict:
+    """A different random set of weights for the same network (a new 'version')."""
+    torch.manual_seed(seed)
+    out = {}
+    for k, v in net.state_dict().items():
+        out[k] = torch.randn_like(v) * 0.3 if v.is_floating_point() and v.dim() > 1 else v
+    return out
+
+
+def test_midpoint_taus_by_hand():
+    t = midpoint_taus(2, 4)
+    assert t.shape == (2, 4)
+    assert torch.equal(t[0], torch.tensor([0.125, 0.375, 0.625, 0.875]))
+    assert torch.equal(t[0], t[1])
+
+
+def test_midpoint_q_is_the_mean_over_midpoint_quantiles():
+    cfg = _cfg()
+    race, _, net = build_collector_parts(cfg, n_cars=3)
+    obs, _ = race.reset()
+    floats = torch.from_numpy(obs["float"])
+    q1 = greedy_q(net, None, floats, 8, midpoint=True)
+    q2 = greedy_q(net, None, floats, 8, midpoint=True)
+    assert torch.equal(q1, q2)  # the same every call: no random taus
+    with torch.inference_mode():
+        by_hand = net(None, floats, midpoint_taus(3, 8)).mean(dim=1)
+    assert torch.allclose(q1, by_hand)
+    race.close()
+
+
+def test_frozen_greedy_binds_releases_and_reuses_copies():
+    cfg = _cfg()
+    race, _, net = build_collector_parts(cfg, n_cars=3)
+    obs, _ = race.reset()
+    floats = torch.from_numpy(obs["float"])
+    w1, w2 = _weights(net, 1), _weights(net, 2)
+    live = make_inference_network(net, "none")
+    live.load_state_dict(w1)
+    frozen = FrozenGreedy(live, 8, 3)
+    greedy = np.array([True, False, True])
+    frozen.update(greedy, np.ones(3, bool), version=1)
+    assert frozen.bound.tolist() == [1, -1, 1] and list(frozen.nets) == [1]
+
+    live.load_state_dict(w2)  # the collector refreshes mid-race: version 2 is live
+    frozen.update(greedy, np.zeros(3, bool), version=2)
+    assert frozen.bound.tolist() == [1, -1, 1]  # the running greedy races keep version 1
+    q = np.full((3, 12), np.nan, np.float32)
+    frozen.fill(q, None, floats)
+    ref = make_inference_network(_fresh(cfg, w1), "none")
+    expected = greedy_q(ref, None, floats[[0, 2]], 8, midpoint=True).numpy()
+    np.testing.assert_array_equal(q[[0, 2]], expected)
+    assert np.isnan(q[1]).all()  # exploration cars are not its business
+
+    frozen.update(greedy, np.array([False, False, True]), version=2)  # car 2: a new race
+    assert frozen.bound.tolist() == [1, -1, 2] and sorted(frozen.nets) == [1, 2]
+    old = frozen.nets[1]
+    frozen.update(np.array([False, False, True]), np.array([True, False, False]), version=2)
+    assert frozen.bound.tolist() == [-1, -1, 2] and list(frozen.nets) == [2]
+    live.load_state_dict(w1)
+    frozen.update(np.array([True, False, True]), np.array([True, False, False]), version=3)
+    assert frozen.nets[3] is old  # the released copy is reused, not rebuilt
+    race.close()
+
+
+def _fresh(cfg: dict, weights: dict) -> torch.nn.Module:
+    _, _, net = build_collector_parts(cfg, n_cars=1)
+    net.load_state_dict(weights)
+    return net.eval()
+
+
+def test_greedy_races_repeat_exactly_with_their_recorded_version():
+    """Live weights change every 3 actions; every greedy race is still one version's race."""
+    cfg = _cfg("map.cycle=[{map: starter, exploration: 1, greedy: 1}]")
+    race, cycle, net = build_collector_parts(cfg, n_cars=4)
+    versions = {v: _weights(net, v) for v in range(60)}
+    live = make_inference_network(net, "none")
+    live.load_state_dict(versions[0])
+    k = int(cfg["network"]["n_quantiles_inference"])
+    acting = BatchedPolicy(live, build_exploration(cfg["exploration"]), k, 4, 0, lambda: 0)
+    gim = GameInstanceManager(race, cycle)
+    state = {"version": 0, "steps": 0}
+
+    def policy(obs, greedy):
+        state["steps"] += 1
+        if state["steps"] % 3 == 0 and state["version"] + 1 in versions:
+            state["version"] += 1
+            live.load_state_dict(versions[state["version"]])
+        return acting.act(obs, greedy, gim.started, state["version"])
+
+    greedy_races = []
+    for r in gim.races(policy):
+        r["weights_version"] = acting.race_version(r["car"], state["version"])
+        if r["greedy"]:
+            greedy_races.append(r)
+        if len(greedy_races) == 2:
+            break
+    race.close()
+
+    one, one_cycle, one_net = build_collector_parts(cfg, n_cars=1)
+    evaluator = GameInstanceManager(one, one_cycle)
+    entry = one_cycle.entries[0]
+    for r in greedy_races:
+        assert len(r["actions"]) > 20  # long enough that live weights changed during it
+
+        def frozen_policy(obs, greedy, v=r["weights_version"]):
+            one_net.load_state_dict(versions[v])
+            q = greedy_q(one_net, None, torch.from_numpy(obs["float"]), k, midpoint=True)
+            q = q.numpy()
+            return q.argmax(axis=1), q, np.ones(1, bool)
+
+        again = evaluator.rollout(frozen_policy, entry, greedy=True)
+        assert again["actions"] == r["actions"]
+        assert again["race_time_ms"] == r["race_time_ms"]
+        mixed = r["weights_version"] + 5  # a version that was live later during the race
+        other = evaluator.rollout(
+            lambda obs, g, v=mixed: frozen_policy(obs, g, v), entry, greedy=True
+        )
+        assert other["actions"] != r["actions"]  # the weights matter: the check has teeth
+        # evaluate.py, given that version as a checkpoint, drives the same race
+        row = evaluate({"network": versions[r["weights_version"]], "config": cfg}, ["starter"], 1)
+        driven = max(r["meters_advanced_along_centerline"]) / entry.track.length_m
+        assert row[0]["progress"] == min(1.0, driven)
+        assert row[0]["end"] == r["end"]
+    one.close()
