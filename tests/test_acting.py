@@ -157,3 +157,16 @@ def test_greedy_races_repeat_exactly_with_their_recorded_version():
         assert row[0]["progress"] == min(1.0, driven)
         assert row[0]["end"] == r["end"]
     one.close()
+
+
+def test_frozen_copies_run_as_the_live_network_but_never_recompile():
+    from trackmind.agent.inference import InferenceNetwork
+
+    cfg = _cfg()
+    _, _, net = build_collector_parts(cfg, n_cars=1)
+    for live_mode, copy_mode in (("none", "none"), ("script", "script"), ("compile", "script")):
+        live = InferenceNetwork(net, net, live_mode)  # the label is what the copies follow
+        frozen = FrozenGreedy(live, 8, 1)
+        frozen.update(np.ones(1, bool), np.ones(1, bool), version=7)
+        assert frozen.nets[7].mode == copy_mode
+        assert frozen.nets[7].net is not net

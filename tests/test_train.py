@@ -91,6 +91,8 @@ def test_smoke_run_learns_syncs_weights_and_records_races(tmp_path):
         "objective",
     ):
         assert metric in run.data.metrics, metric
+    for share in ("throughput/learner_wait_share", "throughput/learner_sample_share"):
+        assert 0.0 <= run.data.metrics[share] <= 1.0, share
     assert run.data.tags["overrides"].startswith("debug=smoke")
     # the final network evaluates greedily on a procedural map it never saw
     ckpt = tmp_path / "run" / "agent.pt"

@@ -53,8 +53,9 @@ class FrozenGreedy:
     def _copy_of_live(self) -> InferenceNetwork:
         if self._spare:
             net = self._spare.pop()
-        else:  # the same kind of callable as the live one (eager, scripted or compiled)
-            net = make_inference_network(copy.deepcopy(self.live.net), self.live.mode)
+        else:  # as the live one is run, but never torch.compile (minutes per new copy)
+            mode = "script" if self.live.mode == "compile" else self.live.mode
+            net = make_inference_network(copy.deepcopy(self.live.net), mode)
         net.load_state_dict(self.live.net.state_dict())
         return net
 

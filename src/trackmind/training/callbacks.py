@@ -54,6 +54,7 @@ class RaceMetricsCallback(L.Callback):
         self._last = time.monotonic()
         self._samples_at_last = 0
         self._wait_at_last = 0.0
+        self._sample_at_last = 0.0
         self.last_metrics: dict[str, float] = {}
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
@@ -70,6 +71,7 @@ class RaceMetricsCallback(L.Callback):
         m = dm.stats.metrics()
         m["throughput/samples_per_s"] = (dm.samples_served - self._samples_at_last) / dt
         m["throughput/learner_wait_share"] = min(1.0, (dm.wait_s - self._wait_at_last) / dt)
+        m["throughput/learner_sample_share"] = min(1.0, (dm.sample_s - self._sample_at_last) / dt)
         m["buffer/size"] = float(len(dm.buffers))
         m["buffer/transitions_added"] = float(dm.transitions_added)
         m["frames"] = float(dm.shared.frames.value)
@@ -81,6 +83,7 @@ class RaceMetricsCallback(L.Callback):
         if eps is not None:
             m["train/epsilon"] = float(eps())
         self._last, self._samples_at_last, self._wait_at_last = now, dm.samples_served, dm.wait_s
+        self._sample_at_last = dm.sample_s
         self.last_metrics = m
         if trainer.logger is not None:
             trainer.logger.log_metrics(m, step=trainer.global_step)

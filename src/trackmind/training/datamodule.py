@@ -72,7 +72,6 @@ class ReplayDataModule(L.LightningDataModule):
         stats: RaceStats | None = None,
         check_collectors: Callable[[], Any] | None = None,
         val_batches: int = 4,
-        wait_timeout_s: float | None = None,
     ) -> None:
         super().__init__()
         self.buffers = buffers
@@ -84,15 +83,14 @@ class ReplayDataModule(L.LightningDataModule):
         self.stats = stats or RaceStats()
         self.check_collectors = check_collectors or (lambda: None)
         self.val_batches = int(val_batches)
-        self.wait_timeout_s = wait_timeout_s
         self.on_best_race: Callable[[dict], None] = lambda r: None  # e.g. keep best.pt
         self.deadline: float | None = None  # time.monotonic() after which waiting ends the run
         self.transitions_added = 0
         self.transitions_at_start: int | None = None
         self.samples_served = 0  # this session's (the replay ratio counts from here)
         self.samples_served_total = 0  # earlier sessions of a resumed run
-        self.wait_s = 0.0
-        self.sample_s = 0.0
+        self.wait_s = 0.0  # waiting for data (the replay ratio, learning_starts)
+        self.sample_s = 0.0  # sampling batches: buffer gathers and the mini-race collate
 
     # --- data in ------------------------------------------------------------------------
     def drain(self, block_s: float = 0.0) -> int:
@@ -173,11 +171,6 @@ class ReplayDataModule(L.LightningDataModule):
                 if trainer is not None:
                     trainer.should_stop = True
                 return None
-            if self.wait_timeout_s is not None and time.perf_counter() - t0 > self.wait_timeout_s:
-                raise TimeoutError(
-                    f"no usable data for {self.wait_timeout_s:.0f} s "
-                    f"(buffer {len(self.buffers)}, collectors alive?)"
-                )
         t1 = time.perf_counter()
         self.wait_s += t1 - t0
         batch = self.buffers.sample(self.batch_size)
