@@ -39,7 +39,8 @@ class FrozenGreedy:
             self.bound[new] = version
             if version not in self.nets:
                 self.nets[version] = self._copy_of_live()
-        for v in [v for v in self.nets if v not in set(self.bound.tolist())]:
+        in_use = set(self.bound.tolist())
+        for v in [v for v in self.nets if v not in in_use]:
             self._spare.append(self.nets.pop(v))
 
     def fill(self, q: np.ndarray, img: torch.Tensor | None, floats: torch.Tensor) -> None:
