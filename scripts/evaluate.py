@@ -89,23 +89,35 @@ def evaluate(
     entries = [{"map": m} if isinstance(m, str) else dict(m) for m in maps]
     once = {str(e["map"]): {**e, "exploration": 0, "greedy": 1} for e in entries}  # map once
     cycle = MapCycle.from_config(list(once.values()))
-    opts = dict(races=races, trace=trace, plot_dir=plot_dir, video=video, midpoint=midpoint)
     rows = []
     for entry in cycle.entries:
         race = make_race(
             cfg["env"], cfg["reward"], n_cars=1, maps=entry.track, challenges=cycle.challenges
         )
         try:
-            rows.append(_evaluate_map(race, cfg, ckpt, cycle, entry, opts))
+            rows.append(
+                _evaluate_map(
+                    race,
+                    cfg,
+                    ckpt,
+                    cycle,
+                    entry,
+                    races=races,
+                    trace=trace,
+                    plot_dir=plot_dir,
+                    video=video,
+                    midpoint=midpoint,
+                )
+            )
         finally:
             race.close()  # a real game is released for the next map or the next program
     return rows
 
 
-def _evaluate_map(race, cfg, ckpt, cycle, entry, opts: dict) -> dict:
+def _evaluate_map(
+    race, cfg, ckpt, cycle, entry, *, races, trace, plot_dir, video, midpoint
+) -> dict:
     """`races` greedy races on one map, with the trace, plot and GIF asked for; its row."""
-    races, trace, plot_dir = opts["races"], opts["trace"], opts["plot_dir"]
-    video, midpoint = opts["video"], opts["midpoint"]
     from trackmind.agent.inference import greedy_q
     from trackmind.game.rollout import GameInstanceManager
     from trackmind.sim.reference import reference_time_ms

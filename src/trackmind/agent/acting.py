@@ -21,6 +21,22 @@ from trackmind.agent.exploration import Exploration, select_actions
 from trackmind.agent.inference import InferenceNetwork, greedy_q, make_inference_network
 
 
+def cars_q(
+    net: InferenceNetwork,
+    img: torch.Tensor | None,
+    floats: torch.Tensor,
+    cars: np.ndarray,
+    k: int,
+    generator: torch.Generator | None = None,
+    midpoint: bool = False,
+) -> np.ndarray:
+    """Q values (len(cars), A) of some cars of the batch (all of them: no gather)."""
+    if len(cars) < len(floats):
+        idx = torch.from_numpy(cars)
+        img, floats = (None if img is None else img[idx]), floats[idx]
+    return greedy_q(net, img, floats, k, generator, midpoint).numpy()
+
+
 class FrozenGreedy:
     """Per car, the weights version its greedy race started with, and those weights."""
 
@@ -47,9 +63,7 @@ class FrozenGreedy:
         """Write the greedy cars' Q values (their frozen weights, midpoint taus) into `q`."""
         for v, net in self.nets.items():
             cars = np.flatnonzero(self.bound == v)
-            idx = torch.from_numpy(cars)
-            sub = None if img is None else img[idx]
-            q[cars] = greedy_q(net, sub, floats[idx], self.k, midpoint=True).numpy()
+            q[cars] = cars_q(net, img, floats, cars, self.k, midpoint=True)
 
     def _copy_of_live(self) -> InferenceNetwork:
         if self._spare:
@@ -87,13 +101,9 @@ class BatchedPolicy:
         img = torch.from_numpy(obs["frame"]) if "frame" in obs else None
         floats = torch.from_numpy(obs["float"])
         q = np.empty((len(greedy), self.live.net.n_actions), np.float32)
-        explore = ~greedy
-        if explore.all():
-            q[:] = greedy_q(self.live, img, floats, self.k, self.gen).numpy()
-        elif explore.any():
-            idx = torch.from_numpy(np.flatnonzero(explore))
-            sub = None if img is None else img[idx]
-            q[explore] = greedy_q(self.live, sub, floats[idx], self.k, self.gen).numpy()
+        explore = np.flatnonzero(~greedy)
+        if len(explore):
+            q[explore] = cars_q(self.live, img, floats, explore, self.k, self.gen)
         self.frozen.fill(q, img, floats)
         actions, was_greedy = select_actions(q, self.explorer.params(self.frames()), self.rng)
         actions[greedy] = q[greedy].argmax(axis=1)  # evaluation races act greedily

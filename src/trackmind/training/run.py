@@ -266,7 +266,8 @@ def train(
         """Greedy policies scatter: keep the weights that drove the best greedy race."""
         version = int(r.get("weights_version", -1))
         weights = published.get(version)
-        if weights is None:  # older than the versions kept: the closest we have
+        exact = weights is not None  # the weights that drove the race
+        if not exact:  # older than the versions kept: the closest we have
             log.warning(
                 "best.pt: weights version %d of the best race is no longer kept; "
                 "saving the current weights instead",
@@ -277,7 +278,7 @@ def train(
             "map": r["map"],
             "race_time_ms": r["race_time"],
             "version": version,
-            "exact": version in published,  # the weights that drove the race
+            "exact": exact,
         }
         torch.save({"network": weights, "config": cfg, "race": race}, output_dir / "best.pt")
         media.record(r)
