@@ -113,7 +113,19 @@ def test_csv_with_bad_values(tmp_path):
     with pytest.raises(MapError, match=r"bad.csv: width_right must be > 0"):
         import_csv(path)
     path.write_text("0,0,4\n1,0,4\n")
-    with pytest.raises(MapError, match="expected 4 columns"):
+    with pytest.raises(MapError, match="bad.csv: line 1: expected 4 or 5 columns"):
+        import_csv(path)
+    path.write_text("x,y,wr,wl\n0,0,4,4\n1,0\n")
+    with pytest.raises(MapError, match="bad.csv: line 3: expected 4 or 5 columns .*got 2$"):
+        import_csv(path)
+    path.write_text("0,0,4,4\n1,0,4,4\nnan,0,4,4\n")
+    with pytest.raises(MapError, match="bad.csv: line 3: NaN or inf"):
+        import_csv(path)
+    path.write_text("0,0,4,4\n1,zero,4,4\n")
+    with pytest.raises(MapError, match="bad.csv: line 2: 'zero' is not a number"):
+        import_csv(path)
+    path.write_text("# nothing here\n\n")
+    with pytest.raises(MapError, match="bad.csv: no rows of x,y,width_right,width_left"):
         import_csv(path)
 
 

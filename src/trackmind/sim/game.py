@@ -17,8 +17,8 @@ from trackmind.sim import physics as ph
 from trackmind.sim.mapio import load_map
 from trackmind.sim.render import (
     CameraParams,
-    Texture,
-    build_texture,
+    TrackTextures,
+    build_textures,
     camera_tables,
     render_kernel,
     shade_tables,
@@ -37,9 +37,10 @@ class SavedCar:
 class _MapPool:
     """Tracks used by a game, concatenated for the kernels."""
 
-    def __init__(self) -> None:
+    def __init__(self, view_m: float) -> None:
+        self.view_m = view_m
         self.tracks: list[Track] = []
-        self.textures: list[Texture] = []
+        self.textures: list[TrackTextures | None] = []
         self._index: dict[str, int] = {}
 
     def slot(self, track: Track, with_texture: bool) -> int:
@@ -47,7 +48,7 @@ class _MapPool:
         if key in self._index:
             return self._index[key]
         self.tracks.append(track)
-        self.textures.append(build_texture(track) if with_texture else None)
+        self.textures.append(build_textures(track, self.view_m) if with_texture else None)
         self._index[key] = len(self.tracks) - 1
         self._pack()
         return len(self.tracks) - 1
@@ -67,8 +68,10 @@ class _MapPool:
         self.cp_n = cp_n
         self.cp_off = np.concatenate([[0], np.cumsum(cp_n)[:-1]]).astype(np.int64)
         self.cps = np.concatenate([t.checkpoints_s for t in ts] + [np.zeros(0)])
-        texs = [tx for tx in self.textures if tx is not None]
-        if len(texs) == len(ts):
+        if all(tx is not None for tx in self.textures):
+            counts = [len(tx.textures) for tx in self.textures]
+            self.tex_base = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+            texs = [x for tx in self.textures for x in tx.textures]
             sizes = np.array([tx.data.size for tx in texs], dtype=np.int64)
             self.tex_off = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
             self.tex_flat = np.concatenate([tx.data.ravel() for tx in texs])
@@ -77,6 +80,16 @@ class _MapPool:
             self.tex_x0 = np.array([tx.x0 for tx in texs])
             self.tex_y0 = np.array([tx.y0 for tx in texs])
             self.cell = texs[0].cell
+
+    def texture_of(self, slots: np.ndarray, s: np.ndarray) -> np.ndarray:
+        """Index of the texture each car sees (its map's, and on its road for a bridge)."""
+        out = self.tex_base[slots]
+        for m in np.unique(slots):
+            tx = self.textures[m]
+            if len(tx.textures) > 1:
+                cars = slots == m
+                out[cars] += tx.index(s[cars])
+        return out
 
 
 class SimGame:
@@ -118,7 +131,7 @@ class SimGame:
         self.render = frame_shape is not None
         self.frame_shape = tuple(frame_shape) if frame_shape is not None else (0, 0)
         self._params, self._gears = ph.pack_params(self.vehicle)
-        self._pool = _MapPool()
+        self._pool = _MapPool(self.camera.view_distance)
         self.state = np.zeros((self.n_cars, ph.N_STATE), dtype=np.float64)
         if self.render:
             h, w = self.frame_shape
@@ -264,7 +277,7 @@ class SimGame:
         row[ph.YAW] = t.heading_at(t.start_s)
         row[ph.GEAR] = 1
         row[ph.RPM] = self.vehicle.rpm_idle
-        row[ph.SEG] = int(np.clip(np.searchsorted(t.s, t.start_s) - 1, 0, len(t.s) - 2))
+        row[ph.SEG] = t.segment_at(t.start_s)
         row[ph.S] = t.start_s
         row[ph.MAP] = slot
         self.state[c] = row
@@ -282,7 +295,7 @@ class SimGame:
             st[idx, ph.X],
             st[idx, ph.Y],
             st[idx, ph.YAW],
-            st[idx, ph.MAP].astype(np.int64),
+            pool.texture_of(st[idx, ph.MAP].astype(np.int64), st[idx, ph.S]),
             pool.tex_flat,
             pool.tex_off,
             pool.tex_nx,

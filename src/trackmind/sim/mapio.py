@@ -1,11 +1,13 @@
 """Map files: the one on-disk format (.npz) plus imports from CSV and driven-line .npy.
 
 Format (see docs/maps.md): a NumPy .npz archive with
-  format = "trackmind-map", version = 1, name (str),
-  line (M, 2) float race line from start line to finish line, in metres,
+  format = "trackmind-map", version = 2 (1 is read too), name (str),
+  line (M, 2) float race line from start line to finish line (one lap of a circuit), metres,
   width_left (M,), width_right (M,) float half-widths to the walls,
-  checkpoints (K,) float fractions of the race distance in (0, 1),
-  reference_time_ms () float, optional (real maps: author/medal time; sim maps leave it out).
+  checkpoints (K,) float fractions of the (lap) distance in (0, 1),
+  reference_time_ms () float, optional (real maps: author/medal time; sim maps leave it out),
+  closed () bool and laps () int, optional (a circuit and its race's laps),
+  heights (M,) float, optional (lets the road pass over itself, see Track).
 All sources go through `Track.build`, which validates them.
 """
 
@@ -20,7 +22,9 @@ from trackmind.sim.maps import builtin_map, builtin_names, procedural_map
 from trackmind.sim.track import MapError, Track
 
 FORMAT = "trackmind-map"
-VERSION = 1
+VERSION = 2
+READABLE_VERSIONS = (1, 2)
+CSV_COLUMNS = "x,y,width_right,width_left[,height]"
 
 
 def save_map(track: Track, path: str | Path) -> Path:
@@ -29,10 +33,11 @@ def save_map(track: Track, path: str | Path) -> Path:
     if path.suffix != ".npz":
         path = path.with_suffix(".npz")
     path.parent.mkdir(parents=True, exist_ok=True)
-    frac = (track.checkpoints_s - track.start_s) / track.length_m
     extra = {}
     if track.reference_time_ms is not None:
         extra["reference_time_ms"] = np.float64(track.reference_time_ms)
+    if track.race_heights is not None:
+        extra["heights"] = track.race_heights
     np.savez(
         path,
         format=np.str_(FORMAT),
@@ -41,17 +46,49 @@ def save_map(track: Track, path: str | Path) -> Path:
         line=track.race_line,
         width_left=track.race_width_left,
         width_right=track.race_width_right,
-        checkpoints=frac,
+        checkpoints=track.checkpoint_fractions,
+        closed=np.bool_(track.closed),
+        laps=np.int64(track.laps),
         **extra,
     )
     return path
 
 
-def load_map(spec: str | Path, width_m: float = 8.0, name: str | None = None) -> Track:
+def load_map(
+    spec: str | Path,
+    width_m: float = 8.0,
+    name: str | None = None,
+    laps: int | None = None,
+    closed: bool | None = None,
+) -> Track:
     """Load a map from a built-in name, 'procedural:<seed>' or a .npz / .csv / .npy file.
 
     `width_m` is the half-width used for a .npy driven line (which carries no widths).
+    `laps` / `closed` override what the file says (a circuit's laps; None: the file's).
     """
+    track = _load(spec, width_m, name, closed)
+    if laps is not None and laps != track.laps:
+        track = _with_laps(track, laps)
+    return track
+
+
+def _with_laps(track: Track, laps: int) -> Track:
+    """The same map raced over another number of laps (refused for an open line)."""
+    return Track.build(
+        track.name,
+        track.race_line,
+        track.race_width_left,
+        track.race_width_right,
+        checkpoints=track.checkpoint_fractions,
+        reference_time_ms=track.reference_time_ms,
+        source=track.source or track.name,
+        closed=track.closed,
+        laps=laps,
+        heights=track.race_heights,
+    )
+
+
+def _load(spec: str | Path, width_m: float, name: str | None, closed: bool | None) -> Track:
     text = str(spec)
     if text in builtin_names():
         return builtin_map(text)
@@ -69,13 +106,13 @@ def load_map(spec: str | Path, width_m: float = 8.0, name: str | None = None) ->
         raise MapError(f"{path}: map file not found")
     name = name or path.stem
     if path.suffix == ".npz":
-        return _load_npz(path, name)
+        return _load_npz(path, name, closed)
     if path.suffix == ".csv":
-        return import_csv(path, name)
-    return import_npy(path, width_m, name)
+        return import_csv(path, name, closed)
+    return import_npy(path, width_m, name, closed)
 
 
-def _load_npz(path: Path, name: str) -> Track:
+def _load_npz(path: Path, name: str, closed: bool | None = None) -> Track:
     try:
         with np.load(path, allow_pickle=False) as z:
             data = {k: z[k] for k in z.files}
@@ -83,12 +120,15 @@ def _load_npz(path: Path, name: str) -> Track:
         raise MapError(f"{path}: not a readable .npz map ({e})") from None
     if str(data.get("format", "")) != FORMAT:
         raise MapError(f"{path}: not a trackmind map (missing format='{FORMAT}')")
-    if int(data.get("version", -1)) != VERSION:
+    if int(data.get("version", -1)) not in READABLE_VERSIONS:
         raise MapError(f"{path}: unsupported map version {data.get('version')}")
     for key in ("line", "width_left", "width_right"):
         if key not in data:
             raise MapError(f"{path}: missing array '{key}'")
     ref = data.get("reference_time_ms")
+    if closed is None and "closed" in data:
+        closed = bool(data["closed"])
+    laps = int(data["laps"]) if "laps" in data else 1
     return Track.build(
         str(data.get("name", name)),
         data["line"],
@@ -97,29 +137,85 @@ def _load_npz(path: Path, name: str) -> Track:
         checkpoints=data.get("checkpoints", np.zeros(0)),
         reference_time_ms=None if ref is None else float(ref),
         source=str(path),
+        closed=closed,
+        laps=laps,
+        heights=data.get("heights"),
     )
 
 
-def import_csv(path: str | Path, name: str | None = None) -> Track:
-    """Import rows of `x,y,width_right,width_left` (metres; an optional header line)."""
+def import_csv(path: str | Path, name: str | None = None, closed: bool | None = None) -> Track:
+    """Import rows of `x,y,width_right,width_left` and an optional height (metres).
+
+    An optional header line and `#` comments are skipped. A closed line (a racing circuit,
+    its last point at or near its first) becomes a circuit.
+    """
     path = Path(path)
+    rows = read_csv_rows(path)
+    return Track.build(
+        name or path.stem,
+        rows[:, :2],
+        rows[:, 3],
+        rows[:, 2],
+        source=str(path),
+        closed=closed,
+        heights=rows[:, 4] if rows.shape[1] == 5 else None,
+    )
+
+
+def read_csv_rows(path: Path) -> np.ndarray:
+    """The numeric rows of a map CSV, (N, 4 or 5); every problem is one line naming its row."""
     try:
-        rows = np.genfromtxt(path, delimiter=",", dtype=np.float64, comments="#")
-    except (OSError, ValueError) as e:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
         raise MapError(f"{path}: cannot read CSV ({e})") from None
-    if rows.ndim == 1:
-        rows = rows.reshape(1, -1)
-    if rows.size and np.all(np.isnan(rows[0])):  # header line
-        rows = rows[1:]
-    if rows.ndim != 2 or rows.shape[1] != 4:
-        raise MapError(f"{path}: expected 4 columns x,y,width_right,width_left, got {rows.shape}")
-    return Track.build(name or path.stem, rows[:, :2], rows[:, 3], rows[:, 2], source=str(path))
+    rows: list[list[float]] = []
+    width = None
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        cells = [c.strip() for c in line.split(",")]
+        try:
+            values = [float(c) for c in cells]
+        except ValueError:
+            if not rows and width is None:  # a header line
+                width = len(cells)
+                continue
+            bad = next(c for c in cells if not _is_number(c))
+            raise MapError(f"{path}: line {number}: {bad!r} is not a number") from None
+        if len(values) not in (4, 5):
+            raise MapError(
+                f"{path}: line {number}: expected 4 or 5 columns {CSV_COLUMNS}, got {len(values)}"
+            )
+        if rows and len(values) != len(rows[0]):
+            raise MapError(
+                f"{path}: line {number}: {len(values)} columns where earlier lines have "
+                f"{len(rows[0])}"
+            )
+        if not all(np.isfinite(values)):
+            raise MapError(f"{path}: line {number}: NaN or inf is not a coordinate or width")
+        rows.append(values)
+    if not rows:
+        raise MapError(f"{path}: no rows of {CSV_COLUMNS}")
+    return np.asarray(rows, dtype=np.float64)
 
 
-def import_npy(path: str | Path, width_m: float = 8.0, name: str | None = None) -> Track:
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def import_npy(
+    path: str | Path, width_m: float = 8.0, name: str | None = None, closed: bool | None = None
+) -> Track:
     """Import an (N, 3) driven line (x, y, z with y up, as Trackmania replays give).
 
-    The ground plane is (x, z); the line becomes the race line with half-width `width_m`.
+    The ground plane is (x, z); the line becomes the race line with half-width `width_m`,
+    and y its heights, so the road may pass over itself where the two roads are apart in
+    height (a bridge). A line that ends where it began is a circuit.
     """
     path = Path(path)
     try:
@@ -131,4 +227,12 @@ def import_npy(path: str | Path, width_m: float = 8.0, name: str | None = None) 
     # Trackmania is left-handed with y up: looking down, (x, z) maps to our (x, y) mirrored,
     # so keep turning directions by negating z.
     line = np.stack([arr[:, 0], -arr[:, 2]], axis=1)
-    return Track.build(name or path.stem, line, width_m, width_m, source=str(path))
+    return Track.build(
+        name or path.stem,
+        line,
+        width_m,
+        width_m,
+        source=str(path),
+        closed=closed,
+        heights=arr[:, 1],
+    )

@@ -170,7 +170,9 @@ def builtin_map(name: str) -> Track:
             "or use 'procedural:<seed>' or a path to a .npz/.csv/.npy file"
         )
     _, recipe, wl, wr, cps = _BUILTIN[name]
-    return Track.build(name, line_from_recipe(recipe), wl, wr, checkpoints=cps, source=name)
+    return Track.build(
+        name, line_from_recipe(recipe), wl, wr, checkpoints=cps, source=name, closed=False
+    )
 
 
 def procedural_map(seed: int, length_m: float = 1500.0) -> Track:
@@ -195,6 +197,7 @@ def procedural_map(seed: int, length_m: float = 1500.0) -> Track:
                 width,
                 checkpoints=max(1, int(total // 300)),
                 source=name,
+                closed=False,
             )
         except MapError:
             continue
@@ -249,8 +252,8 @@ def _piece_length(p: tuple) -> float:
 
 def _recipe_ok(recipe: Recipe, width: float) -> bool:
     """Cheap overlap check of a partial recipe (2 m samples, with run-up and run-off)."""
-    w = np.full(len(line := line_from_recipe(recipe)), width)
-    pts, _, _, _ = _resample(line, w, w, 2.0)
+    line = line_from_recipe(recipe)
+    pts, _, _ = _resample(line, 2.0)
     pts, _, _ = with_run_up_and_off(pts, 2.0)
     s = np.concatenate([[0.0], np.cumsum(np.linalg.norm(np.diff(pts, axis=0), axis=1))])
     try:

@@ -91,13 +91,80 @@ class Texture:
     cell: float
 
 
-def build_texture(track: Track, cell: float = CELL_M) -> Texture:
-    """Rasterise the road: each cell takes the nearest line segment's (s, d) and is shaded."""
+TEXTURE_WINDOW_M = 50.0  # a road over itself: one texture per this much of the line
+TEXTURE_BEHIND_M = 30.0  # ... holding the road from this far behind the window
+
+
+@dataclass(frozen=True)
+class TrackTextures:
+    """The textures of one map and which one a car at arclength s sees.
+
+    A flat map has one texture. A map whose road passes over itself has one per window of
+    TEXTURE_WINDOW_M along the line, each rasterised from the road the car can see from that
+    window (behind it, then ahead up to the view distance), the road nearest ahead winning
+    where two roads overlap, so walls and frames follow the road the car is on.
+    """
+
+    textures: list[Texture]
+    window_m: float  # inf: one texture
+    lap_start_s: float  # circuits: windows repeat every lap from here
+    lap_m: float  # inf for an open line
+
+    def index(self, s: np.ndarray) -> np.ndarray:
+        """Texture of each arclength (B,) -> (B,) int64 indices into `textures`."""
+        if len(self.textures) == 1:
+            return np.zeros(np.shape(s), np.int64)
+        s = np.asarray(s, dtype=np.float64)
+        if np.isfinite(self.lap_m):
+            lapped = self.lap_start_s + np.mod(s - self.lap_start_s, self.lap_m)
+            s = np.where(s > self.lap_start_s, lapped, s)
+        k = np.floor(s / self.window_m).astype(np.int64)
+        return np.clip(k, 0, len(self.textures) - 1)
+
+
+def build_textures(track: Track, view_m: float, cell: float = CELL_M) -> TrackTextures:
+    """Every texture of a map (see TrackTextures); `view_m`: how far ahead the camera sees."""
+    lap_m = track.lap_length_m if track.closed else np.inf
+    if not track.crossings:
+        return TrackTextures([build_texture(track, cell)], np.inf, track.start_s, lap_m)
+    ends = track.start_s + track.lap_length_m if track.closed else track.s[-1]
+    textures = []
+    for k in range(int(np.ceil(ends / TEXTURE_WINDOW_M))):
+        ws = k * TEXTURE_WINDOW_M
+        j0 = track.segment_at(ws - TEXTURE_BEHIND_M)
+        jc = track.segment_at(ws)
+        j1 = track.segment_at(ws + TEXTURE_WINDOW_M + view_m)
+        order = np.concatenate([np.arange(jc, j1 + 1), np.arange(jc - 1, j0 - 1, -1)])
+        textures.append(build_texture(track, cell, order, exclusive=True))
+    return TrackTextures(textures, TEXTURE_WINDOW_M, track.start_s, lap_m)
+
+
+def build_texture(
+    track: Track,
+    cell: float = CELL_M,
+    segments: np.ndarray | None = None,
+    exclusive: bool = False,
+) -> Texture:
+    """Rasterise the road: each cell takes the nearest line segment's (s, d) and is shaded.
+
+    `segments`: the segments to draw, in order of precedence (default: all; a circuit draws
+    its run-up and first lap, which every lap repeats). `exclusive`: a cell near a road
+    drawn earlier stays that road's, however near a later part of the line passes.
+    """
+    if segments is None:
+        last = len(track.s) - 2
+        if track.closed:
+            last = min(last, track.segment_at(track.start_s + track.lap_length_m) + 1)
+        segments = np.arange(last + 1)
+    segments = np.asarray(segments, dtype=np.int64)
+    used = np.unique(np.concatenate([segments, segments + 1]))
     margin = float(max(track.width_left.max(), track.width_right.max())) + 4.0
-    lo = track.points.min(axis=0) - margin
-    hi = track.points.max(axis=0) + margin
+    lo = track.points[used].min(axis=0) - margin
+    hi = track.points[used].max(axis=0) + margin
     nx = int(np.ceil((hi[0] - lo[0]) / cell)) + 1
     ny = int(np.ceil((hi[1] - lo[1]) / cell)) + 1
+    # a circuit's finish line lies where each lap ends (drawn once, at the end of lap one)
+    finish_s = track.start_s + track.lap_length_m if track.closed else track.finish_s
     data = _rasterise(
         track.points,
         track.s,
@@ -109,21 +176,25 @@ def build_texture(track: Track, cell: float = CELL_M) -> Texture:
         nx,
         ny,
         track.start_s,
-        track.finish_s,
+        finish_s,
         np.asarray(track.checkpoints_s, dtype=np.float64),
+        segments,
+        exclusive,
     )
     return Texture(data=data, x0=float(lo[0]), y0=float(lo[1]), cell=cell)
 
 
 @nb.njit(cache=True)
-def _rasterise(pts, ss, wl, wr, x0, y0, cell, nx, ny, start_s, finish_s, cps):
+def _rasterise(pts, ss, wl, wr, x0, y0, cell, nx, ny, start_s, finish_s, cps, order, exclusive):
     best = np.full((ny, nx), 1e30)
+    owner = np.full((ny, nx), -1, dtype=np.int64)
     cell_s = np.zeros((ny, nx))
     cell_d = np.zeros((ny, nx))
     cell_wl = np.zeros((ny, nx))
     cell_wr = np.zeros((ny, nx))
     n = pts.shape[0]
-    for j in range(n - 1):
+    for jj in range(order.shape[0]):
+        j = order[jj]
         ax, ay = pts[j, 0], pts[j, 1]
         ex, ey = pts[j + 1, 0] - ax, pts[j + 1, 1] - ay
         ll = ex * ex + ey * ey
@@ -142,6 +213,13 @@ def _rasterise(pts, ss, wl, wr, x0, y0, cell, nx, ny, start_s, finish_s, cps):
                 qx, qy = ax + tc * ex - px, ay + tc * ey - py
                 dd = qx * qx + qy * qy
                 if dd < best[k, i]:
+                    o = owner[k, i]
+                    if exclusive and o >= 0:
+                        wo = max(wl[o], wr[o]) + 3.0
+                        same_road = abs(ss[j] - ss[o]) <= 0.5 * np.pi * (wo + r) + 2.0
+                        if not same_road and best[k, i] <= wo * wo:
+                            continue  # near a road drawn earlier: it stays that road's
+                    owner[k, i] = j
                     best[k, i] = dd
                     # outside the ends of the line the cell lies behind an end wall
                     if (j == 0 and t < 0.0) or (j == n - 2 and t > 1.0):
