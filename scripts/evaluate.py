@@ -14,8 +14,9 @@ the agent never saw, or the name of a conf/map option (its cycle's maps, with th
 challenge files and reference times: how real-game maps are registered). Greedy actions use
 the quantile midpoints as taus, as training's greedy races do, so in the sim a race depends
 on the weights alone: best.pt repeats the race it was kept for (its time is printed beside),
-and more races only differ in the real game or with `--taus random`. Exit status 2 with one
-line on a bad checkpoint or map.
+and more races only differ in the real game or with `--taus random`. A bad checkpoint is one
+line and exit status 2; maps that cannot be loaded are skipped, the others raced, and each
+bad map ends the output with one line (exit status 2).
 """
 
 from __future__ import annotations
@@ -82,15 +83,12 @@ def evaluate(
     and, with `video`, rendered as a GIF from the sim (driver's view and minimap).
     """
     from trackmind.env.build import make_race
-    from trackmind.game.map_cycle import MapCycle
     from trackmind.training.factory import resolve_frame_shape
 
     cfg = resolve_frame_shape(ckpt["config"])
-    entries = [{"map": m} if isinstance(m, str) else dict(m) for m in maps]
-    once = {str(e["map"]): {**e, "exploration": 0, "greedy": 1} for e in entries}  # map once
-    cycle = MapCycle.from_config(list(once.values()))
-    rows = []
-    for entry in cycle.entries:
+    cycle, failed = loadable_cycle(maps)
+    rows = [{"map": name, "error": problem} for name, problem in failed]
+    for entry in cycle.entries if cycle is not None else []:
         race = make_race(
             cfg["env"], cfg["reward"], n_cars=1, maps=entry.track, challenges=cycle.challenges
         )
@@ -112,6 +110,24 @@ def evaluate(
         finally:
             race.close()  # a real game is released for the next map or the next program
     return rows
+
+
+def loadable_cycle(maps: list[str | dict]):
+    """(MapCycle of the maps that load, or None; [(map, one-line problem)] of the others)."""
+    from trackmind.errors import ConfigError
+    from trackmind.game.map_cycle import MapCycle
+
+    entries = [{"map": m} if isinstance(m, str) else dict(m) for m in maps]
+    once = {str(e["map"]): {**e, "exploration": 0, "greedy": 1} for e in entries}  # map once
+    good, failed = [], []
+    for name, entry in once.items():
+        try:
+            MapCycle.from_config([entry], key="map")
+        except ConfigError as e:
+            failed.append((name, str(e).removeprefix("map[0].map: ")))
+            continue
+        good.append(entry)
+    return (MapCycle.from_config(good) if good else None), failed
 
 
 def _evaluate_map(
@@ -223,8 +239,11 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, GameUnavailable) as e:  # MapError and ConfigError are ValueErrors too
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print("| map | finish rate | best time | reference | ratio | progress | last end |")
-    print("|---|---|---|---|---|---|---|")
+    failed = [r for r in rows if "error" in r]
+    rows = [r for r in rows if "error" not in r]
+    if rows:
+        print("| map | finish rate | best time | reference | ratio | progress | last end |")
+        print("|---|---|---|---|---|---|---|")
     for r in rows:
         best = f"{r['best_s']:.2f} s" if r["best_s"] else "-"
         ratio = f"{r['ratio']:.3f}" if r["ratio"] else "-"
@@ -239,7 +258,9 @@ def main(argv: list[str] | None = None) -> int:
             f"kept for a greedy race on {kept['map']} in training: "
             f"{kept['race_time_ms'] / 1000:.2f} s (weights version {kept.get('version')}{exact})"
         )
-    return 0
+    for r in failed:  # every map that could be raced was; these could not be loaded
+        print(f"error: map {r['map']}: {r['error']}", file=sys.stderr)
+    return 2 if failed else 0
 
 
 if __name__ == "__main__":

@@ -170,3 +170,28 @@ def test_frozen_copies_run_as_the_live_network_but_never_recompile():
         frozen.update(np.ones(1, bool), np.ones(1, bool), version=7)
         assert frozen.nets[7].mode == copy_mode
         assert frozen.nets[7].net is not net
+
+
+def test_evaluate_races_every_loadable_map_and_names_the_others(tmp_path, capsys):
+    """scripts/evaluate.py: bad maps do not stop the good ones; one line each, exit 2."""
+    import evaluate as script
+
+    cfg = _cfg()
+    _, _, net = build_collector_parts(cfg, n_cars=1)
+    agent = tmp_path / "agent.pt"
+    torch.save({"network": net.state_dict(), "config": cfg}, agent)
+    bad_csv = tmp_path / "bad.csv"
+    bad_csv.write_text("0,0,4,4\n1,0\n")
+    code = script.main(
+        [str(agent), "--maps", "nowhere.csv", "starter", str(bad_csv), "procedural:x"]
+    )
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert len([x for x in out.splitlines() if x.startswith("| starter |")]) == 1
+    lines = err.strip().splitlines()
+    assert lines == [
+        "error: map nowhere.csv: nowhere.csv: map file not found",
+        f"error: map {bad_csv}: {bad_csv}: line 2: expected 4 or 5 columns "
+        "x,y,width_right,width_left[,height], got 2",
+        "error: map procedural:x: procedural:x: procedural seed must be an integer",
+    ]

@@ -165,6 +165,7 @@ def test_scripted_driver_finishes_circuits_near_their_reference(tmp_path, kind):
     ratio = result["race_time_ms"] / reference_time_ms(track)
     assert 1.15 <= ratio <= 1.35, ratio
     # flying laps are faster than the standing-start first one in the reference
-    one = reference_time_ms(load_map(path, laps=1, width_m=6.0) if kind == "eight" else
-                            load_map(path, laps=1))
+    one = reference_time_ms(
+        load_map(path, laps=1, width_m=6.0) if kind == "eight" else load_map(path, laps=1)
+    )
     assert reference_time_ms(track) < track.laps * one

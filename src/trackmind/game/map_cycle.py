@@ -16,7 +16,7 @@ from trackmind.sim.mapio import load_map
 from trackmind.sim.track import MapError, Track
 
 # a real map also names its challenge file and its author/medal time (conf/map/<name>.yaml)
-ENTRY_KEYS = {"map", "exploration", "greedy", "challenge", "reference_time_ms"}
+ENTRY_KEYS = {"map", "exploration", "greedy", "challenge", "reference_time_ms", "laps", "closed"}
 
 
 @dataclass(frozen=True)
@@ -86,16 +86,27 @@ class MapCycle:
                 if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                     raise ConfigError(f"{k}.{name}", f"must be an integer >= 0, got {v!r}")
                 counts[name] = v
-            if spec not in loaded:
+            shape = circuit_keys(item, k)
+            if (spec, *shape) not in loaded:
                 try:
-                    loaded[spec] = load_map(spec)
+                    loaded[(spec, *shape)] = load_map(spec, laps=shape[0], closed=shape[1])
                 except MapError as e:
                     raise ConfigError(f"{k}.map", str(e)) from None
-            track, challenge = real_map_keys(item, loaded[spec], k)
+            track, challenge = real_map_keys(item, loaded[(spec, *shape)], k)
             entries.append(CycleEntry(spec, track, **counts, challenge=challenge))
         if all(e.exploration + e.greedy == 0 for e in entries):
             raise ConfigError(key, "every entry has 0 races")
         return cls(entries)
+
+
+def circuit_keys(item: Mapping, key: str) -> tuple[int | None, bool | None]:
+    """The entry's `laps` and `closed` (None: what the map itself says)."""
+    laps, closed = item.get("laps"), item.get("closed")
+    if laps is not None and (isinstance(laps, bool) or not isinstance(laps, int) or laps < 1):
+        raise ConfigError(f"{key}.laps", f"must be an integer >= 1, got {laps!r}")
+    if closed is not None and not isinstance(closed, bool):
+        raise ConfigError(f"{key}.closed", f"must be true or false, got {closed!r}")
+    return laps, closed
 
 
 def real_map_keys(item: Mapping, track: Track, key: str) -> tuple[Track, str | None]:

@@ -53,6 +53,7 @@ class LineTracker:
         self.window = max(2, int(np.ceil(window_m / spacing)))
         self.far_m = float(far_m)
         self._seg: int | None = None
+        self._first_lap_end = track.segment_at(track.start_s + track.lap_length_m + window_m) + 2
 
     def reset(self) -> None:
         """Forget the last match (after a reset or rewind): the next search is global."""
@@ -70,8 +71,8 @@ class LineTracker:
             at_edge = (found[2] == lo and lo > 0) or (found[2] == hi - 1 and hi < len(t.points) - 1)
             if found[3] > self.far_m or at_edge:  # far off, or further than the window
                 found = None
-        if found is None:
-            found = project(t.points, t.s, xy)
+        if found is None:  # a circuit's laps repeat the line: look in the first lap
+            found = project(t.points, t.s, xy, 0, self._first_lap_end)
         s, lateral, seg, _ = found
         self._seg = seg
         return s - t.start_s, lateral
