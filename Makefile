@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 # torch first, pinned: on this CPU machine it is a local CPU build (no multi-GB CUDA wheels)
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: install test test-slow train drive mlflow-ui mlflow-screenshot bench bench-learner lint format clean
+.PHONY: install test test-slow train drive mlflow-ui mlflow-screenshot bench bench-learner bench-learning lint format clean
 
 install: $(STAMP)
 
@@ -45,6 +45,11 @@ bench: $(STAMP)
 
 bench-learner: $(STAMP)
 	$(PY) scripts/bench_learner.py
+
+# hours of training: one run per map (MINUTES each, default 30), resumable, table into README
+MINUTES ?= 30
+bench-learning: $(STAMP)
+	$(PY) scripts/bench_learning.py --minutes $(MINUTES) $(ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src scripts tests

@@ -43,7 +43,9 @@ def load_checkpoint(path: str) -> dict:
     except Exception as e:  # any unreadable file is the same error to the user
         raise ValueError(f"{path}: not a trackmind checkpoint ({type(e).__name__})") from None
     if isinstance(ckpt, dict) and isinstance(ckpt.get("trackmind"), dict):  # a training .ckpt
-        prefix = "online_network."
+        state = ckpt["state_dict"]  # the weights greedy races ran: the acting average if any
+        prefix = "acting_network." if any(k.startswith("acting_") for k in state) else "online_"
+        prefix = "online_network." if prefix == "online_" else prefix
         net = {k[len(prefix) :]: v for k, v in ckpt["state_dict"].items() if k.startswith(prefix)}
         ckpt = {"network": net, "config": ckpt["trackmind"]["config"]}
     if not isinstance(ckpt, dict) or "network" not in ckpt or "config" not in ckpt:

@@ -114,7 +114,9 @@ def test_cut_race_has_no_race_time():
     [
         ([{"map": "nowhere"}], "map.cycle[0].map"),
         ([{"map": "starter", "greedy": -1}], "map.cycle[0].greedy"),
-        ([{"map": "starter", "laps": 2}], "map.cycle[0].laps"),
+        ([{"map": "starter", "lap": 2}], "map.cycle[0].lap"),
+        ([{"map": "starter", "laps": 2}], "map.cycle[0].laps"),  # an open line has one lap
+        ([{"map": "starter", "laps": 0}], "map.cycle[0].laps"),
         ([], "map.cycle"),
         ([{"map": "starter", "exploration": 0, "greedy": 0}], "map.cycle"),
         (["procedural:x"], "map.cycle[0].map"),

@@ -51,3 +51,26 @@ def test_bench_learner_quick_row(capsys):
     ours, ref, ratio, share, nbytes = map(float, cells[2:7])
     assert min(ours, ref, ratio, share, nbytes) > 0 and share < 100
     assert cells[7] == "no frame"
+
+
+def test_bench_learning_rows_by_hand():
+    """bench_learning.summarise: first finish, closing-window finish rate and median ratio."""
+    bench = load_script("bench_learning")
+    history = [
+        {"wall_s": 60.0, "time_ms": None},
+        {"wall_s": 150.0, "time_ms": 30_000.0},  # first finish at 2.5 min
+        {"wall_s": 700.0, "time_ms": 22_000.0},  # the closing window: 600..1200 s
+        {"wall_s": 900.0, "time_ms": None},
+        {"wall_s": 1000.0, "time_ms": 24_000.0},
+        {"wall_s": 1190.0, "time_ms": 23_000.0},
+    ]
+    row = bench.summarise(history, reference_ms=20_000.0, minutes=30, end_s=1200.0)
+    assert row["first_finish_min"] == 2.5
+    assert row["late_races"] == 4 and row["finish_rate"] == 0.75
+    assert row["median_ratio"] == 1.15  # median of 1.10, 1.20, 1.15
+    assert row["best_ratio"] == 1.1
+    assert not bench.meets(row)  # 75% < 90%
+    assert bench.meets({**row, "finish_rate": 0.9})
+    assert bench.window_s(6) == 120.0  # a short budget reads its last third
+    never = bench.summarise(history[:1], 20_000.0, 30, 1200.0)
+    assert never["first_finish_min"] is None and never["median_ratio"] is None

@@ -156,6 +156,7 @@ def build_exploration(cfg: Mapping) -> Exploration:
     except ImportError:  # pragma: no cover - omegaconf is a dependency
         pass
     cfg = dict(cfg)
+    cfg.pop("starts", None)  # mid-track starts are the collectors' (game/starts.py)
     policy = cfg.get("policy")
     if policy not in KEYS:
         raise ConfigError(f"{PREFIX}.policy", f"must be one of {', '.join(KEYS)}, got {policy!r}")

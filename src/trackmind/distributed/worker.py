@@ -32,9 +32,11 @@ WeightsSource = Callable[[int], tuple[int, Mapping[str, Any], int] | None]
 class EnvWorker:
     """One game instance and the races in progress on its cars."""
 
-    def __init__(self, index: int, race: Any, cycle: Any, monitor: PipelineMonitor) -> None:
+    def __init__(
+        self, index: int, race: Any, cycle: Any, monitor: PipelineMonitor, starts: Any = None
+    ) -> None:
         self.index = index
-        self.gim = GameInstanceManager(race, cycle, monitor)
+        self.gim = GameInstanceManager(race, cycle, monitor, starts)
         self.n_cars = int(race.n_cars)
         self.start_version = np.zeros(self.n_cars, np.int64)  # weights version at race start
 
@@ -92,6 +94,7 @@ class RolloutWorker:
         from trackmind.agent.acting import BatchedPolicy
         from trackmind.agent.exploration import build_exploration
         from trackmind.agent.inference import make_inference_network
+        from trackmind.game.starts import make_start_bank
         from trackmind.training.factory import build_collector_parts
 
         ccfg = cfg["collector"]
@@ -105,7 +108,8 @@ class RolloutWorker:
         net = None
         for e in range(n_envs):  # game e of worker i starts where local collector i*n+e would
             race, cycle, env_net = build_collector_parts(cfg, n_cars, offset=index * n_envs + e)
-            self.envs.append(EnvWorker(e, race, cycle, self.monitor))
+            starts = make_start_bank(cfg["exploration"], seed * 1000 + e)
+            self.envs.append(EnvWorker(e, race, cycle, self.monitor, starts))
             net = net if net is not None else env_net
         self.infer = make_inference_network(net, cfg["network"].get("compile", "none"))
         self.acting = BatchedPolicy(

@@ -84,6 +84,27 @@ class VecRace:
         obs, info = self.observation.compute(raw)
         return obs, info
 
+    def restore(self, cars, states: list) -> tuple[Any, dict]:
+        """Start new races for `cars` from saved states (mid-track starts); every car's obs.
+
+        The car is where and as the snapshot left it (speed, race clock); what the race
+        remembers (action history, zones, the terms' memory) starts afresh there.
+        """
+        cars = np.atleast_1d(cars).astype(np.int64)
+        for c, state in zip(cars, states):
+            self.game.restore_state(int(c), state)
+        raw = self.game.observe()
+        self._set_raw(raw)
+        self.prev_car = raw.car
+        self._refresh_maps(cars)
+        self.action_history[cars] = -1
+        self.steps[cars] = 0
+        self.furthest_zone[cars] = self.car.zone_idx[cars]
+        self.ms_since_new_zone[cars] = 0
+        for m in (self.observation, self.reward, self.termination):
+            m.reset(cars)
+        return self.observation.compute(raw)
+
     def step(self, actions: np.ndarray) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
         """Advance every car one action; (obs, reward, terminated, truncated, info) batched."""
         actions = np.asarray(actions, dtype=np.int64)

@@ -89,9 +89,14 @@ class MapCycle:
             shape = circuit_keys(item, k)
             if (spec, *shape) not in loaded:
                 try:
-                    loaded[(spec, *shape)] = load_map(spec, laps=shape[0], closed=shape[1])
+                    load_map(spec)  # a map that loads as it is: a problem lies in laps/closed
                 except MapError as e:
                     raise ConfigError(f"{k}.map", str(e)) from None
+                try:
+                    loaded[(spec, *shape)] = load_map(spec, laps=shape[0], closed=shape[1])
+                except MapError as e:
+                    bad = "laps" if shape[0] is not None else "closed"
+                    raise ConfigError(f"{k}.{bad}", str(e)) from None
             track, challenge = real_map_keys(item, loaded[(spec, *shape)], k)
             entries.append(CycleEntry(spec, track, **counts, challenge=challenge))
         if all(e.exploration + e.greedy == 0 for e in entries):

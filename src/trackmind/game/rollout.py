@@ -5,7 +5,8 @@ length T (actions, action_was_greedy, q_values, rewards, input_w) and per-state 
 length T + 1 (frames, state_float, meters_advanced_along_centerline, current_zone_idx,
 car_gear_and_wheels, positions, speeds, and each potential in `potentials`), plus race_time
 (ms, None when the race was cut), finished, map, car (its index in the batch),
-furthest_zone_idx, end (the termination terms that fired).
+furthest_zone_idx, end (the termination terms that fired), mid_track (the race started
+from a saved state along the map, see game/starts.py; its time is no race time).
 
 With the vectorized sim every car runs its own race: `races()` steps them together with
 batched inference and yields each race as it ends; `begin()`/`advance()` are the same loop
@@ -24,6 +25,7 @@ from trackmind.env.race import VecRace
 from trackmind.game.actions import ACTIONS
 from trackmind.game.map_cycle import CycleEntry, MapCycle
 from trackmind.game.monitor import PipelineMonitor
+from trackmind.game.starts import StartBank
 
 # policy(obs (batched dict), greedy (B,) bool) -> (actions (B,), q_values (B, A), was_greedy (B,))
 Policy = Callable[[Any, np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
@@ -32,8 +34,8 @@ Policy = Callable[[Any, np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
 class _RaceRecord:
     """The growing rollout_results of one car's current race."""
 
-    def __init__(self, entry: CycleEntry, greedy: bool) -> None:
-        self.entry, self.greedy = entry, greedy
+    def __init__(self, entry: CycleEntry, greedy: bool, mid_track: bool = False) -> None:
+        self.entry, self.greedy, self.mid_track = entry, greedy, mid_track
         self.r: dict[str, Any] = {
             "frames": [],
             "state_float": [],
@@ -88,16 +90,25 @@ class _RaceRecord:
         r["end"] = [name for name, hit in fired.items() if hit[c]]
         r["race_time_ms"] = int(car.race_time_ms[c])
         r["car"] = c
+        r["mid_track"] = self.mid_track
         return r
 
 
 class GameInstanceManager:
     """Drives a VecRace with a policy over a map cycle; records every race."""
 
-    def __init__(self, race: VecRace, cycle: MapCycle, monitor: PipelineMonitor | None = None):
+    def __init__(
+        self,
+        race: VecRace,
+        cycle: MapCycle,
+        monitor: PipelineMonitor | None = None,
+        starts: StartBank | None = None,
+    ):
         self.race = race
         self.cycle = cycle
         self.monitor = monitor or PipelineMonitor()
+        self.starts = starts  # mid-track starts of exploration races (None: off)
+        self._next_point = np.zeros(race.n_cars, np.int64)  # next point to save a state at
         self.obs: Any = None  # the batched observation of the current step (after begin())
         self.greedy = np.zeros(race.n_cars, bool)  # which cars race greedily (evaluation)
         self.started = np.zeros(race.n_cars, bool)  # whose race began at the last step
@@ -105,16 +116,9 @@ class GameInstanceManager:
 
     def begin(self) -> None:
         """Start a race on every car (the next maps of the cycle); fills `obs` and `greedy`."""
-        race = self.race
-        n = race.n_cars
-        plan = [self.cycle.next() for _ in range(n)]
-        self.obs, _ = race.reset(maps=[e.track for e, _ in plan])
-        self._records = [_RaceRecord(e, g) for e, g in plan]
-        phis = race.potentials()
-        for c in range(n):
-            self._records[c].add_state(race, self.obs, phis, c)
-        self.greedy = np.array([g for _, g in plan])
-        self.started[:] = True
+        n = self.race.n_cars
+        self._records = [None] * n
+        self._start_races(np.arange(n), [self.cycle.next() for _ in range(n)])
 
     def advance(
         self, actions: np.ndarray, q: np.ndarray, was_greedy: np.ndarray
@@ -137,20 +141,55 @@ class GameInstanceManager:
             rec = records[c]
             rec.add_action(actions[c], q[c], was_greedy[c], reward[c])
             rec.add_state(race, self.obs, phis, c)
+        if self.starts is not None:
+            self._save_states(done)
         if not done.any():
             return []
         ended = np.flatnonzero(done)
         results = [(int(c), records[c].finish(race, c, info["termination_terms"])) for c in ended]
-        nxt = [self.cycle.next() for _ in ended]
-        with mon.stage("game_step"):
-            self.obs, _ = race.reset(cars=ended, maps=[e.track for e, _ in nxt])
+        if self.starts is not None:
+            for _, r in results:
+                if not r["finished"]:  # where the policy still fails
+                    self.starts.race_ended(r["map"], max(r["meters_advanced_along_centerline"]))
+        self._start_races(ended, [self.cycle.next() for _ in ended])
+        return results
+
+    def _start_races(self, cars: np.ndarray, plan: list) -> None:
+        """Start the planned races on `cars`: at the start line, or from a saved state."""
+        race, bank = self.race, self.starts
+        saved: dict[int, object] = {}
+        if bank is not None and bank.cfg.share > 0:
+            for c, (entry, greedy) in zip(cars, plan):
+                if not greedy and bank.rng.random() < bank.cfg.share:
+                    drawn = bank.draw(entry.name)
+                    if drawn is not None:
+                        saved[int(c)] = drawn[0]
+        fresh = [i for i, c in enumerate(cars) if int(c) not in saved]
+        with self.monitor.stage("game_step"):
+            if fresh:
+                self.obs, _ = race.reset(cars=cars[fresh], maps=[plan[i][0].track for i in fresh])
+            if saved:
+                self.obs, _ = race.restore(list(saved), list(saved.values()))
         phis = race.potentials()
-        for c, (entry, g) in zip(ended, nxt):
-            records[c] = _RaceRecord(entry, g)
-            records[c].add_state(race, self.obs, phis, c)
+        for c, (entry, g) in zip(cars, plan):
+            c = int(c)
+            self._records[c] = _RaceRecord(entry, g, mid_track=c in saved)
+            self._records[c].add_state(race, self.obs, phis, c)
             self.greedy[c] = g
             self.started[c] = True
-        return results
+            if bank is not None:
+                self._next_point[c] = bank.point_of(race.car.progress_m[c]) + 1
+
+    def _save_states(self, done: np.ndarray) -> None:
+        """Save the state of cars that reached their next point driving (not stuck, not out)."""
+        bank, car = self.starts, self.race.car
+        at = car.progress_m >= self._next_point * bank.cfg.spacing_m
+        ok = at & ~done & ~car.finished & ~car.wall_contact & (car.speed >= bank.cfg.min_speed)
+        for c in np.flatnonzero(at):
+            point = bank.point_of(car.progress_m[c])
+            if ok[c]:
+                bank.save(self._records[c].entry.name, point, self.race.game.save_state(int(c)))
+            self._next_point[c] = point + 1
 
     def races(
         self, policy: Policy, should_stop: Callable[[], bool] = lambda: False

@@ -28,7 +28,7 @@ class CollectorCallback(L.Callback):
         self.shared = shared
 
     def on_fit_start(self, trainer, pl_module) -> None:
-        publish_weights(self.shared, pl_module.online_network)
+        publish_weights(self.shared, pl_module.acting)
         self.pool.start()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:

@@ -82,7 +82,10 @@ def _checkpoint_of_mlflow_run(run_id: str, tracking_uri: str) -> Path:
 def check_network_matches(ckpt_state: Mapping[str, torch.Tensor], module: torch.nn.Module) -> None:
     """A checkpoint of another network shape is refused with the first differing tensor."""
     own = module.state_dict()
+    optional = "acting_network."  # the acting average is made from the online weights if absent
     for k, v in own.items():
+        if k not in ckpt_state and k.startswith(optional):
+            continue
         if k not in ckpt_state:
             raise ConfigError("resume", f"checkpoint has no {k}: another network architecture")
         if tuple(ckpt_state[k].shape) != tuple(v.shape):
@@ -91,7 +94,7 @@ def check_network_matches(ckpt_state: Mapping[str, torch.Tensor], module: torch.
                 f"{k} is {list(ckpt_state[k].shape)} in the checkpoint but "
                 f"{list(v.shape)} in this network config",
             )
-    extra = [k for k in ckpt_state if k not in own]
+    extra = [k for k in ckpt_state if k not in own and not k.startswith(optional)]
     if extra:
         raise ConfigError("resume", f"checkpoint has {extra[0]}, unknown to this network config")
 

@@ -62,6 +62,7 @@ def _run(cfg: dict, idx: int, shared: CollectorLink, seed: int, parent: int) -> 
     from trackmind.agent.exploration import build_exploration
     from trackmind.agent.inference import make_inference_network
     from trackmind.game.rollout import GameInstanceManager
+    from trackmind.game.starts import make_start_bank
     from trackmind.training.factory import build_collector_parts
 
     ccfg = cfg["collector"]
@@ -78,7 +79,7 @@ def _run(cfg: dict, idx: int, shared: CollectorLink, seed: int, parent: int) -> 
         frames=lambda: shared.frames.value,
     )
     refresh_every = int(ccfg["refresh_every_actions"])
-    gim = GameInstanceManager(race, cycle)
+    gim = GameInstanceManager(race, cycle, starts=make_start_bank(cfg["exploration"], seed))
     state = {"since_refresh": 0, "version": version}
 
     def policy(obs: dict[str, Any], greedy: np.ndarray):

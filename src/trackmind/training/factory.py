@@ -102,6 +102,7 @@ def plan_run(cfg: Any) -> RunPlan:
     """Validate the whole config; ConfigError (one line, naming the key) on any problem."""
     from trackmind.agent.exploration import build_exploration
     from trackmind.agent.network_config import network_config
+    from trackmind.game.starts import StartsConfig
     from trackmind.replay.config import BufferConfig
     from trackmind.training.module import validate_learner
 
@@ -123,6 +124,7 @@ def plan_run(cfg: Any) -> RunPlan:
     require(float_dim > 0, "env.observation.terms", "a `float` group is needed by the IQN network")
     network_config(cfg["network"], float_dim, frame_shape)
     build_exploration(cfg["exploration"])
+    StartsConfig.from_config(cfg["exploration"].get("starts"))
     bcfg = BufferConfig.from_dict(cfg["buffer"])
     ms_per_action = int(env.get("tick_ms", 10)) * int(env.get("ticks_per_action", 5))
     bcfg.horizon_actions(ms_per_action)

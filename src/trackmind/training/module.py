@@ -3,8 +3,11 @@
 Manual optimization because the target network is updated by hand (soft update every N
 sampled transitions), steps with a non-finite loss are skipped and counted, and the lr
 follows the frame counter rather than the step count. The target network is frozen and
-outside the optimizer. Every `publish_every_batches` the online weights go to the shared
-network the collectors pull from.
+outside the optimizer. Every `publish_every_batches` the acting weights go to the shared
+network the collectors pull from: the online weights, or with `acting_ema_batches` > 0 their
+exponential moving average over about that many batches (Polyak averaging of the iterates),
+which a greedy policy follows far more steadily than the online weights, whose argmax flips
+between consecutive batches where the action gaps are small.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ LEARNER_KEYS = {
     "replay_ratio",
     "publish_every_batches",
     "max_nonfinite_in_a_row",
+    "acting_ema_batches",
 }
 
 
@@ -44,6 +48,15 @@ def soft_update(target: torch.nn.Module, online: torch.nn.Module, tau: float) ->
     with torch.no_grad():
         for t, o in zip(target.parameters(), online.parameters()):
             t.lerp_(o, tau)
+
+
+def ema_rate(updates: int, horizon_batches: float) -> float:
+    """Weight of the newest iterate in the acting average after `updates` updates.
+
+    1 / (updates + 1) at first (the plain mean of the iterates so far, so the random
+    initial weights fade at once), then 1 / horizon_batches (an exponential average).
+    """
+    return 1.0 / min(updates + 1.0, float(horizon_batches))
 
 
 def schedule_from(cfg: Mapping, key: str) -> Schedule:
@@ -84,6 +97,7 @@ def validate_learner(cfg: Mapping, key: str = "learner") -> None:
     pos("replay_ratio")
     pos("publish_every_batches", int)
     pos("max_nonfinite_in_a_row", int)
+    pos("acting_ema_batches", strict=False)
     tau = cfg.get("target_tau")
     require(
         isinstance(tau, (int, float)) and 0 < tau <= 1,
@@ -120,6 +134,12 @@ class IQNLightningModule(L.LightningModule):
         self.online_network = network
         self.target_network = copy.deepcopy(network)
         self.target_network.requires_grad_(False)
+        self.ema_batches = float(learner.get("acting_ema_batches", 0))
+        self.acting_network = None
+        if self.ema_batches > 0:
+            self.acting_network = copy.deepcopy(network)
+            self.acting_network.requires_grad_(False)
+        self.acting_updates = 0
         self.n_train = int(n_quantiles_train)
         self.n_target = int(n_quantiles_target)
         self.lr_schedule = schedule_from(learner["lr"], "learner.lr")
@@ -203,11 +223,18 @@ class IQNLightningModule(L.LightningModule):
         while self.samples_since_target_update >= every:
             soft_update(self.target_network, self.online_network, float(self.cfg["target_tau"]))
             self.samples_since_target_update -= every
+        if self.acting_network is not None:
+            soft_update(
+                self.acting_network,
+                self.online_network,
+                ema_rate(self.acting_updates, self.ema_batches),
+            )
+            self.acting_updates += 1
         if (
             self.publish is not None
             and (self.global_step + 1) % int(self.cfg["publish_every_batches"]) == 0
         ):
-            self.publish(self.online_network)
+            self.publish(self.acting)
         q = z.detach().mean(dim=1)
         stats = {
             "train/loss": float(loss.detach()),
@@ -222,9 +249,15 @@ class IQNLightningModule(L.LightningModule):
         self.log_dict(stats, on_step=True, prog_bar=False, batch_size=b)
         return loss.detach()
 
+    @property
+    def acting(self) -> torch.nn.Module:
+        """The weights that drive the collectors' races (and best.pt / agent.pt)."""
+        return self.online_network if self.acting_network is None else self.acting_network
+
     # --- checkpoints --------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["learner_counters"] = {
+            "acting_updates": int(self.acting_updates),
             "samples_learned": int(self.samples_learned),
             "samples_since_target_update": int(self.samples_since_target_update),
             "nonfinite_skipped": int(self.guard.skipped),
@@ -232,6 +265,15 @@ class IQNLightningModule(L.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         c = checkpoint.get("learner_counters", {})
+        self.acting_updates = int(c.get("acting_updates", 0))
+        state = checkpoint.get("state_dict", {})
+        if self.acting_network is not None and not any(k.startswith("acting_") for k in state):
+            for k, v in list(state.items()):  # a checkpoint without an acting average
+                if k.startswith("online_network."):
+                    state["acting_network." + k[len("online_network.") :]] = v.clone()
+        elif self.acting_network is None:
+            for k in [k for k in state if k.startswith("acting_network.")]:
+                del state[k]
         self.samples_learned = int(c.get("samples_learned", 0))
         self.samples_since_target_update = int(c.get("samples_since_target_update", 0))
         self.guard.skipped = int(c.get("nonfinite_skipped", 0))

@@ -33,6 +33,7 @@ class RaceStats:
     races: int = 0
     transitions: int = 0
     collector_errors: int = 0
+    mid_track_races: int = 0
     collector_timings: dict[int, dict] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -53,6 +54,9 @@ class RaceStats:
         m = r["map"]
         self.races += 1
         self.transitions += int(n_transitions)
+        if r.get("mid_track"):  # started from a saved state: no race time, no finish rate
+            self.mid_track_races += 1
+            return False
         self.finishes[m].append(bool(r["finished"]))
         length = self.length_m.get(m)
         meters = r.get("meters_advanced_along_centerline")
@@ -114,9 +118,13 @@ class RaceStats:
         self._t0, self._transitions_at_t0 = time.monotonic(), self.transitions
 
     def metrics(self) -> dict[str, float]:
-        out: dict[str, float] = {"races/total": float(self.races)}
+        out: dict[str, float] = {
+            "races/total": float(self.races),
+            "races/mid_track": float(self.mid_track_races),
+        }
         for m, fin in self.finishes.items():
-            out[f"race/{m}/finish_rate"] = sum(fin) / len(fin)
+            if fin:
+                out[f"race/{m}/finish_rate"] = sum(fin) / len(fin)
             if self.progress[m]:
                 out[f"race/{m}/progress"] = sum(self.progress[m]) / len(self.progress[m])
             if m in self.greedy_progress:

@@ -273,7 +273,7 @@ def train(
                 "saving the current weights instead",
                 version,
             )
-            weights = module.online_network.state_dict()
+            weights = module.acting.state_dict()
         race = {
             "map": r["map"],
             "race_time_ms": r["race_time"],
@@ -367,7 +367,7 @@ def train(
             sysmon.finish()
     result = objective(stats, [e.name for e in plan.cycle.entries])
     ckpt = output_dir / "agent.pt"  # the final online network with the config that built it
-    torch.save({"network": module.online_network.state_dict(), "config": cfg}, ckpt)
+    torch.save({"network": module.acting.state_dict(), "config": cfg}, ckpt)
     summary = {
         "objective": result if math.isfinite(result) else None,
         "global_step": int(trainer.global_step),

@@ -1,0 +1,238 @@
+"""Learning benchmark: train a fixed budget per map with the defaults, table the results.
+
+    python scripts/bench_learning.py --minutes 30                       # the six built-in maps
+    python scripts/bench_learning.py --minutes 10 --maps hairpins speedway
+    python scripts/bench_learning.py --minutes 60 --maps builtin_cycle  # one row per map
+    python scripts/bench_learning.py --minutes 30 --no-readme           # rows only
+    python scripts/bench_learning.py --minutes 10 -- learner.replay_ratio=16   # extra overrides
+
+Each item of --maps is a conf/map option (every built-in map has one); each runs
+`scripts/train.py map=<option> trainer.max_time_s=<minutes * 60>`, one run at a time, with
+the defaults and the overrides after `--`. A row is read back from the run's MLflow record
+(its summary.json artifact: every greedy race with its wall time) and saved at once in the
+results file, so an interrupted benchmark resumes at the next missing row (--force reruns).
+The table goes into README.md between the bench-learning markers, with the date and machine.
+
+Columns: minutes to the first greedy finish; greedy finish rate and median ratio (finished
+greedy races, race time / reference time) in the last 10 minutes (the last third of shorter
+budgets); best greedy ratio. Targets (docs/design): first finish <= 5 min, >= 90% finished
+and median <= 1.15x in the last 10 minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import date
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MAP_CONF = ROOT / "conf" / "map"
+BUILTIN = ["starter", "hairpins", "chicanes", "flow", "speedway", "technical"]
+BEGIN, END = "<!-- bench-learning:begin -->", "<!-- bench-learning:end -->"
+TARGETS = {"first_finish_min": 5.0, "finish_rate": 0.90, "median_ratio": 1.15}
+
+
+def window_s(minutes: float) -> float:
+    """The closing window the rates are read over: 10 minutes, a third of shorter budgets."""
+    return 60.0 * min(10.0, minutes / 3.0)
+
+
+def summarise(history: list[dict], reference_ms: float, minutes: float, end_s: float) -> dict:
+    """One map's figures from its greedy races ({wall_s, time_ms or None} each).
+
+    `end_s`: when the run ended (seconds, the clock of wall_s); the closing window is
+    window_s(minutes) long and ends there.
+    """
+    finished = [h for h in history if h["time_ms"] is not None]
+    first = min((h["wall_s"] for h in finished), default=None)
+    start = end_s - window_s(minutes)
+    late = [h for h in history if h["wall_s"] >= start]
+    late_done = [h["time_ms"] / reference_ms for h in late if h["time_ms"] is not None]
+    best = min((h["time_ms"] for h in finished), default=None)
+    return {
+        "greedy_races": len(history),
+        "first_finish_min": None if first is None else first / 60.0,
+        "late_races": len(late),
+        "finish_rate": len(late_done) / len(late) if late else 0.0,
+        "median_ratio": statistics.median(late_done) if late_done else None,
+        "best_ratio": None if best is None else best / reference_ms,
+    }
+
+
+def meets(row: dict) -> bool:
+    ff, med = row["first_finish_min"], row["median_ratio"]
+    return (
+        ff is not None
+        and ff <= TARGETS["first_finish_min"]
+        and row["finish_rate"] >= TARGETS["finish_rate"]
+        and med is not None
+        and med <= TARGETS["median_ratio"]
+    )
+
+
+def machine() -> str:
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{os.cpu_count()} cores, {model}"
+
+
+def maps_of(option: str) -> list[str]:
+    """The map names a conf/map option races."""
+    from omegaconf import OmegaConf
+
+    cycle = OmegaConf.to_container(OmegaConf.load(MAP_CONF / f"{option}.yaml"))["cycle"]
+    return [e if isinstance(e, str) else e["map"] for e in cycle]
+
+
+def run_training(option: str, minutes: float, extra: list[str], out_dir: Path) -> Path:
+    """One training run (a subprocess, as a user runs it); returns its output dir."""
+    args = [
+        sys.executable,
+        str(ROOT / "scripts" / "train.py"),
+        f"map={option}",
+        f"trainer.max_time_s={int(minutes * 60)}",
+        f"run_name=bench-{option}-{minutes:g}min",
+        f"hydra.run.dir={out_dir}",
+        "trainer.progress_bar=false",
+        *extra,
+    ]
+    print(f"[bench] {' '.join(args[1:])}", flush=True)
+    subprocess.run(args, cwd=ROOT, check=True)
+    return out_dir
+
+
+def read_run(out_dir: Path, tracking_uri: str) -> tuple[str, list[dict]]:
+    """(MLflow run id, greedy race history) of a finished run, read back from MLflow."""
+    from mlflow.tracking import MlflowClient
+
+    local = json.loads((out_dir / "summary.json").read_text())
+    run_id = local.get("mlflow_run_id")
+    if not run_id:
+        raise SystemExit(f"error: {out_dir}: the run has no MLflow record (logger=mlflow needed)")
+    client = MlflowClient(tracking_uri=tracking_uri)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = client.download_artifacts(run_id, "summary.json", tmp)
+        summary = json.loads(Path(path).read_text())
+    return run_id, summary["greedy_races"]
+
+
+def table(rows: list[dict]) -> str:
+    def num(v, fmt):
+        return "-" if v is None else format(v, fmt)
+
+    lines = [
+        "| map | budget | first greedy finish | finished (last window) | median ratio "
+        "(last window) | best ratio | greedy races | targets met | MLflow run |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        name = r["map"] if r["option"] == r["map"] else f"{r['map']} ({r['option']})"
+        lines.append(
+            f"| {name} "
+            f"| {r['minutes']:g} min | {num(r['first_finish_min'], '.1f')} min "
+            f"| {r['finish_rate']:.0%} of {r['late_races']} | {num(r['median_ratio'], '.3f')} "
+            f"| {num(r['best_ratio'], '.3f')} | {r['greedy_races']} "
+            f"| {'yes' if meets(r) else 'no'} | `{r['run_id'][:8]}` |"
+        )
+    return "\n".join(lines)
+
+
+def write_readme(readme: Path, rows: list[dict], command: str) -> None:
+    text = readme.read_text()
+    if BEGIN not in text or END not in text:
+        raise SystemExit(f"error: {readme}: no {BEGIN} ... {END} markers to write the table")
+    dates = sorted({r["date"] for r in rows})
+    machines = sorted({r["machine"] for r in rows})
+    block = (
+        f"{BEGIN}\n`{command}` ({', '.join(dates)}; {'; '.join(machines)}; one run at a time, "
+        f"nothing else running; rates over the last {window_s(rows[0]['minutes']) / 60:g} "
+        f"minutes):\n\n{table(rows)}\n{END}"
+    )
+    head, rest = text.split(BEGIN, 1)
+    readme.write_text(head + block + rest.split(END, 1)[1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
+    argv = argv[: argv.index("--")] if "--" in argv else argv
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--minutes", type=float, default=30.0, help="training budget per row")
+    ap.add_argument("--maps", nargs="+", default=BUILTIN, help="conf/map options")
+    ap.add_argument("--results", default="outputs/bench_learning/results.json")
+    ap.add_argument("--tracking-uri", default="sqlite:///outputs/mlflow.db")
+    ap.add_argument("--readme", default="README.md")
+    ap.add_argument("--no-readme", action="store_true", help="do not write README")
+    ap.add_argument("--force", action="store_true", help="rerun rows already in the results")
+    args = ap.parse_args(argv)
+    if not args.minutes > 0:
+        print(f"error: --minutes must be > 0, got {args.minutes:g}", file=sys.stderr)
+        return 2
+    for option in args.maps:
+        if not (MAP_CONF / f"{option}.yaml").is_file():
+            known = ", ".join(sorted(p.stem for p in MAP_CONF.glob("*.yaml")))
+            print(f"error: --maps: no conf/map option {option!r} (options: {known})", file=sys.stderr)
+            return 2
+    from trackmind.sim.mapio import load_map
+    from trackmind.sim.reference import reference_time_ms
+
+    results_path = ROOT / args.results
+    results_path.parent.mkdir(parents=True, exist_ok=True)
+    saved = json.loads(results_path.read_text()) if results_path.is_file() else {}
+    tag = " ".join(extra)
+    for option in args.maps:
+        key = f"{option}|{args.minutes:g}|{tag}"
+        if key in saved and not args.force:
+            print(f"[bench] {key}: already measured (run {saved[key][0]['run_id'][:8]})")
+            continue
+        stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
+        out_dir = ROOT / "outputs" / "bench_learning" / f"{stamp}_{option}_{args.minutes:g}min"
+        run_training(option, args.minutes, extra, out_dir)
+        run_id, history = read_run(out_dir, args.tracking_uri)
+        rows = []
+        end_s = max((h["wall_s"] for h in history), default=0.0)
+        for name in maps_of(option):
+            ref = reference_time_ms(load_map(name))
+            mine = [h for h in history if h["map"] == name]
+            row = summarise(mine, ref, args.minutes, end_s)
+            row.update(
+                map=name,
+                option=option,
+                minutes=args.minutes,
+                overrides=tag,
+                run_id=run_id,
+                date=date.today().isoformat(),
+                machine=machine(),
+            )
+            rows.append(row)
+        saved[key] = rows
+        results_path.write_text(json.dumps(saved, indent=1))  # row by row: resumable
+        print(table(rows))
+    wanted = [f"{o}|{args.minutes:g}|{tag}" for o in args.maps]
+    rows = [r for k in wanted for r in saved.get(k, [])]
+    print(table(rows))
+    if not args.no_readme and rows:
+        command = f"python scripts/bench_learning.py --minutes {args.minutes:g} --maps " + " ".join(
+            args.maps
+        )
+        write_readme(ROOT / args.readme, rows, command + (f" -- {tag}" if tag else ""))
+        print(f"[bench] wrote the table into {args.readme}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""Mid-track starts: exploration races that begin from saved states along the map.
+
+On a long map almost every early race ends at the first corner the policy cannot take, so
+the later parts of the map are seen rarely and late, and a greedy race must survive every
+corner to finish. Linesight's wish list calls the remedy "respawns / mid-track starts": the
+game saves a car's state as races pass points along the map, and some exploration races
+start from one of those states instead of the start line. Which point: where races end
+is where the policy still fails, so start points are drawn in proportion to the recent race
+ends a little further on (the car arrives at speed), with a floor for every point reached
+(nothing reached is forgotten). Mini-races make such starts sound: a transition's value
+only looks `mini_race_duration` ahead, whatever the race's history.
+
+Races that start mid-track are exploration races; their times are not race times (see
+RaceStats), and greedy races always start from the start line.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from trackmind.errors import ConfigError, check_known_keys
+
+KEYS = {"share", "spacing_m", "lead_m", "keep", "floor", "min_speed"}
+
+
+@dataclass(frozen=True)
+class StartsConfig:
+    """`exploration.starts`: how many exploration races start mid-track, and from where."""
+
+    share: float = 0.0  # share of exploration races that start from a saved state (0: off)
+    spacing_m: float = 20.0  # a state is saved every this many metres of progress
+    lead_m: float = 60.0  # start this far before the drawn point, to arrive at speed
+    keep: int = 8  # states kept per point (the newest)
+    floor: float = 0.2  # share of the draws spread evenly over every point reached
+    min_speed: float = 3.0  # m/s: slower states (stuck, against a wall) are not saved
+
+    @staticmethod
+    def from_config(cfg: Mapping | None, key: str = "exploration.starts") -> StartsConfig:
+        if cfg is None:
+            return StartsConfig()
+        if not isinstance(cfg, Mapping):
+            raise ConfigError(key, f"must be a mapping of {sorted(KEYS)}, got {cfg!r}")
+        check_known_keys(cfg, KEYS, key)
+        out = StartsConfig(**{k: cfg[k] for k in cfg})
+        checks = (
+            ("share", 0.0 <= _num(out.share) <= 1.0, "a share in [0, 1]"),
+            ("spacing_m", _num(out.spacing_m) > 0, "a distance > 0"),
+            ("lead_m", _num(out.lead_m) >= 0, "a distance >= 0"),
+            ("keep", isinstance(out.keep, int) and out.keep >= 1, "an integer >= 1"),
+            ("floor", 0.0 <= _num(out.floor) <= 1.0, "a share in [0, 1]"),
+            ("min_speed", _num(out.min_speed) >= 0, "a speed >= 0"),
+        )
+        for name, ok, need in checks:
+            if not ok:
+                raise ConfigError(f"{key}.{name}", f"must be {need}, got {getattr(out, name)!r}")
+        return out
+
+
+def _num(v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return float("nan")
+    return float(v)
+
+
+def start_point_weights(ends: np.ndarray, reached: np.ndarray, floor: float) -> np.ndarray:
+    """Probabilities over points (P,) from recent race ends per point and points reached.
+
+    (1 - floor) in proportion to the ends, `floor` evenly over the reached points; a map with
+    no ends yet spreads everything evenly. Zero where nothing was reached.
+    """
+    reached = reached.astype(bool)
+    if not reached.any():
+        return np.zeros(len(reached))
+    even = reached / reached.sum()
+    ends = np.where(reached, np.maximum(ends, 0.0), 0.0)
+    if ends.sum() <= 0:
+        return even
+    return (1.0 - floor) * ends / ends.sum() + floor * even
+
+
+class StartBank:
+    """Saved states along each map and where races end there; draws mid-track starts."""
+
+    def __init__(self, cfg: StartsConfig, seed: int = 0, memory: int = 400) -> None:
+        self.cfg = cfg
+        self.rng = np.random.default_rng(seed)
+        self._states: dict[str, dict[int, deque]] = {}
+        self._ends: dict[str, deque] = {}
+        self.memory = memory  # recent race ends kept per map
+
+    def point_of(self, progress_m: float) -> int:
+        return int(np.floor(progress_m / self.cfg.spacing_m))
+
+    def save(self, name: str, point: int, state: Any) -> None:
+        points = self._states.setdefault(name, {})
+        points.setdefault(point, deque(maxlen=self.cfg.keep)).append(state)
+
+    def race_ended(self, name: str, progress_m: float) -> None:
+        self._ends.setdefault(name, deque(maxlen=self.memory)).append(self.point_of(progress_m))
+
+    def draw(self, name: str) -> tuple[Any, int] | None:
+        """(a saved state, its point) to start from, or None (nothing saved yet)."""
+        points = self._states.get(name)
+        if not points:
+            return None
+        n = max(points) + 1
+        reached = np.zeros(n, bool)
+        reached[list(points)] = True
+        ends = np.bincount(
+            [min(p, n - 1) for p in self._ends.get(name, ()) if p >= 0], minlength=n
+        ).astype(float)
+        w = start_point_weights(ends, reached, self.cfg.floor)
+        target = int(self.rng.choice(n, p=w))
+        back = int(round(self.cfg.lead_m / self.cfg.spacing_m))
+        options = [p for p in points if p <= target]
+        if not options:
+            return None
+        # the saved point closest to `lead_m` before the target, never after it
+        point = min(options, key=lambda p: abs((target - p) - back))
+        kept = points[point]
+        return kept[int(self.rng.integers(len(kept)))], point
+
+
+def make_start_bank(exploration: Mapping, seed: int) -> StartBank | None:
+    """The StartBank of a collector from the `exploration` config (None when share is 0)."""
+    cfg = StartsConfig.from_config(exploration.get("starts"))
+    return StartBank(cfg, seed) if cfg.share > 0 else None
