@@ -185,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     for option in args.maps:
         if not (MAP_CONF / f"{option}.yaml").is_file():
             known = ", ".join(sorted(p.stem for p in MAP_CONF.glob("*.yaml")))
-            print(f"error: --maps: no conf/map option {option!r} (options: {known})", file=sys.stderr)
+            msg = f"error: --maps: no conf/map option {option!r} (options: {known})"
+            print(msg, file=sys.stderr)
             return 2
     from trackmind.sim.mapio import load_map
     from trackmind.sim.reference import reference_time_ms
