@@ -70,19 +70,7 @@ class VecRace:
     def reset(self, cars=None, maps=None) -> tuple[Any, dict]:
         """Start new races for `cars` (all by default); returns every car's observation."""
         cars = np.arange(self.n_cars) if cars is None else np.atleast_1d(cars).astype(np.int64)
-        raw = self.game.reset(cars, maps)
-        self._set_raw(raw)
-        self.prev_car = raw.car
-        if maps is not None:
-            self._refresh_maps(cars)
-        self.action_history[cars] = -1
-        self.steps[cars] = 0
-        self.furthest_zone[cars] = self.car.zone_idx[cars]
-        self.ms_since_new_zone[cars] = 0
-        for m in (self.observation, self.reward, self.termination):
-            m.reset(cars)
-        obs, info = self.observation.compute(raw)
-        return obs, info
+        return self._begin(cars, self.game.reset(cars, maps), maps is not None)
 
     def restore(self, cars, states: list) -> tuple[Any, dict]:
         """Start new races for `cars` from saved states (mid-track starts); every car's obs.
@@ -93,10 +81,14 @@ class VecRace:
         cars = np.atleast_1d(cars).astype(np.int64)
         for c, state in zip(cars, states):
             self.game.restore_state(int(c), state)
-        raw = self.game.observe()
+        return self._begin(cars, self.game.observe(), True)
+
+    def _begin(self, cars: np.ndarray, raw, maps_changed: bool) -> tuple[Any, dict]:
+        """A new race's memory for `cars` from the raw observation they start with."""
         self._set_raw(raw)
         self.prev_car = raw.car
-        self._refresh_maps(cars)
+        if maps_changed:
+            self._refresh_maps(cars)
         self.action_history[cars] = -1
         self.steps[cars] = 0
         self.furthest_zone[cars] = self.car.zone_idx[cars]

@@ -261,3 +261,25 @@ def _recipe_ok(recipe: Recipe, width: float) -> bool:
     except MapError:
         return False
     return True
+
+
+def circuit_line(seed: int, length_m: float = 4500.0, harmonics: int = 6) -> np.ndarray:
+    """A closed racing circuit (M, 2), the same for the same seed: a smooth star-shaped loop.
+
+    The radius around the centre is a mean plus a few random Fourier harmonics, so the loop
+    never crosses itself (one radius per direction) and mixes long sweepers with tighter
+    corners; it is scaled to `length_m`. The last point lies one step before the first.
+    """
+    rng = np.random.default_rng([seed, 7919])
+    theta = np.linspace(0.0, 2.0 * np.pi, 4000, endpoint=False)
+    k = np.arange(2, 2 + harmonics)
+    amp = rng.uniform(0.0, 0.22, harmonics) / np.sqrt(k - 1)
+    phase = rng.uniform(0.0, 2.0 * np.pi, harmonics)
+    r = 1.0 + (amp[:, None] * np.cos(k[:, None] * theta[None, :] + phase[:, None])).sum(axis=0)
+    pts = np.stack([r * np.cos(theta), r * np.sin(theta)], axis=1)
+    closed = np.vstack([pts, pts[:1]])
+    scale = length_m / float(np.sum(np.linalg.norm(np.diff(closed, axis=0), axis=1)))
+    pts = pts * scale
+    s = np.concatenate([[0.0], np.cumsum(np.linalg.norm(np.diff(pts, axis=0), axis=1))])
+    keep = np.searchsorted(s, np.arange(0.0, s[-1], 5.0))  # a point every ~5 m
+    return pts[keep] - pts[0]
