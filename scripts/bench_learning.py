@@ -10,7 +10,8 @@ Each item of --maps is a conf/map option (every built-in map has one); each runs
 `scripts/train.py map=<option> trainer.max_time_s=<minutes * 60>`, one run at a time, with
 the defaults and the overrides after `--`. A row is read back from the run's MLflow record
 (its summary.json artifact: every greedy race with its wall time) and saved at once in the
-results file, so an interrupted benchmark resumes at the next missing row (--force reruns).
+results file (docs/bench_learning.json, committed with the table), so an interrupted
+benchmark resumes at the next missing row, in a later session too (--force reruns).
 The table goes into README.md between the bench-learning markers, with the date and machine.
 
 Columns: minutes to the first greedy finish; greedy finish rate and median ratio (finished
@@ -173,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--minutes", type=float, default=30.0, help="training budget per row")
     ap.add_argument("--maps", nargs="+", default=BUILTIN, help="conf/map options")
-    ap.add_argument("--results", default="outputs/bench_learning/results.json")
+    ap.add_argument("--results", default="docs/bench_learning.json", help="rows (committed)")
     ap.add_argument("--tracking-uri", default="sqlite:///outputs/mlflow.db")
     ap.add_argument("--readme", default="README.md")
     ap.add_argument("--no-readme", action="store_true", help="do not write README")
