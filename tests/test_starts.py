@@ -54,7 +54,7 @@ def test_exploration_races_start_mid_track_and_greedy_races_at_the_line():
                 "debug=smoke",
                 "network=iqn_floats",
                 "map=hairpins",
-                "+exploration.starts={share: 1.0, spacing_m: 20, lead_m: 40}",
+                "++exploration.starts={share: 1.0, spacing_m: 20, lead_m: 40}",
             ],
         )
     cfg = plan_run(cfg).cfg
