@@ -71,6 +71,7 @@ class _MapPool:
         if all(tx is not None for tx in self.textures):
             counts = [len(tx.textures) for tx in self.textures]
             self.tex_base = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+            self.windowed = [m for m, n in enumerate(counts) if n > 1]  # maps with bridges
             texs = [x for tx in self.textures for x in tx.textures]
             sizes = np.array([tx.data.size for tx in texs], dtype=np.int64)
             self.tex_off = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
@@ -84,11 +85,10 @@ class _MapPool:
     def texture_of(self, slots: np.ndarray, s: np.ndarray) -> np.ndarray:
         """Index of the texture each car sees (its map's, and on its road for a bridge)."""
         out = self.tex_base[slots]
-        for m in np.unique(slots):
-            tx = self.textures[m]
-            if len(tx.textures) > 1:
-                cars = slots == m
-                out[cars] += tx.index(s[cars])
+        for m in self.windowed:  # usually none: one texture per map, no per-car work
+            cars = slots == m
+            if cars.any():
+                out[cars] += self.textures[m].index(s[cars])
         return out
 
 
