@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 import lightning as L
 
@@ -111,3 +112,33 @@ def dm_pool_metrics(trainer) -> dict[str, float]:
     cb = _collector_callback(trainer)
     metrics = getattr(cb.pool, "metrics", None) if cb else None
     return metrics() if metrics is not None else {}
+
+
+class TrialPruning(L.Callback):
+    """In an Optuna sweep, report the objective so far once a minute; stop a pruned trial.
+
+    The step is the minute of training, a grid every trial shares, so Optuna's pruners
+    compare trials at equal budgets (trackmind.tracking.optuna_trial; a no-op outside a
+    sweep with a storage).
+    """
+
+    def __init__(self, objective_so_far: Callable[[], float], every_s: float = 60.0) -> None:
+        self.objective_so_far = objective_so_far
+        self.every_s = float(every_s)
+        self._start: float | None = None
+        self._reported = 0  # minutes reported
+        self.pruned_at: int | None = None
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self._start = time.monotonic()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        from trackmind.tracking import optuna_trial
+
+        step = int((time.monotonic() - (self._start or time.monotonic())) // self.every_s)
+        if step <= self._reported:
+            return
+        self._reported = step
+        if optuna_trial.report(self.objective_so_far(), step):
+            self.pruned_at = step
+            trainer.should_stop = True
