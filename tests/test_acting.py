@@ -195,3 +195,42 @@ def test_evaluate_races_every_loadable_map_and_names_the_others(tmp_path, capsys
         "x,y,width_right,width_left[,height], got 2",
         "error: map procedural:x: procedural:x: procedural seed must be an integer",
     ]
+
+
+def test_value_audit_compares_q_with_true_mini_race_returns(tmp_path, capsys):
+    """scripts/value_audit.py: one row per audited state, returns of every alternative."""
+    import value_audit as script
+
+    cfg = _cfg()
+    _, _, net = build_collector_parts(cfg, n_cars=1)
+    agent = tmp_path / "agent.pt"
+    torch.save({"network": net.state_dict(), "config": cfg}, agent)
+    code = script.main(
+        [
+            str(agent),
+            "--map",
+            "starter",
+            "--from-m",
+            "0",
+            "--to-m",
+            "50",
+            "--every",
+            "40",
+            "--brake",
+            "4",
+        ]
+    )
+    out, _ = capsys.readouterr()
+    assert code == 0
+    rows = [x for x in out.splitlines() if x.startswith("| ") and x[2].isdigit()]
+    assert rows, out
+    for row in rows:  # progress, speed, Q + Phi, greedy (end), brake 4 (end)
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert len(cells) == 5
+        # the race's time penalty alone over a 140-action mini-race is -8.4: returns are
+        # finite and of that order
+        for cell in cells[3:]:
+            assert -20.0 < float(cell.split()[0]) < 5.0
+    assert "network Q minus the greedy return" in out
+    assert script.main([str(tmp_path / "none.pt"), "--map", "starter"]) == 2
+    assert capsys.readouterr().err.startswith("error: ")

@@ -184,19 +184,19 @@ def test_capacity_follows_the_frame_schedule():
 
 def test_bytes_per_transition():
     # 1x120x160: state row 19200 + 184*4 + 4 = 19940 bytes, rows = ceil(2000*1.05) + 4 = 2104,
-    # records 38 bytes: (2104*19940 + 2000*38) / 2000 = 21014.9 bytes = 1.0945x the frame.
+    # records 42 bytes: (2104*19940 + 2000*42) / 2000 = 21018.9 bytes = 1.0947x the frame.
     rb = make_buffers(small_config(capacity_schedule=[[0, 2000]]), (1, 120, 160), 184)
     rb.add_rollout(rollout(300, (1, 120, 160), 184), gamma=1.0)  # allocates the record ring
     per = rb.buffer.bytes_per_transition()
-    assert record_nbytes(3) == 38
-    assert per == pytest.approx((2104 * 19940 + 2000 * 38) / 2000)
+    assert record_nbytes(3) == 42
+    assert per == pytest.approx((2104 * 19940 + 2000 * 42) / 2000)
     assert per <= 1.2 * 19200
     assert rb.bytes_per_transition() <= 1.2 * 19200  # buffer and buffer_test together
     # 1x48x64: the 184 float32 features alone are 736 bytes, 24% of a 3072-byte frame, so
-    # 1.2x cannot be met with exact floats: (2104*3812 + 2000*38) / 2000 = 1.318x the frame.
+    # 1.2x cannot be met with exact floats: (2104*3812 + 2000*42) / 2000 = 1.319x the frame.
     small = make_buffers(small_config(capacity_schedule=[[0, 2000]]), (1, 48, 64), 184)
     small.add_rollout(rollout(300, (1, 48, 64), 184), gamma=1.0)
-    assert small.buffer.bytes_per_transition() == pytest.approx((2104 * 3812 + 2000 * 38) / 2000)
+    assert small.buffer.bytes_per_transition() == pytest.approx((2104 * 3812 + 2000 * 42) / 2000)
 
 
 def test_prioritized_sampling_and_updates():

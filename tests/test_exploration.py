@@ -9,8 +9,11 @@ import torch
 from omegaconf import OmegaConf
 
 from trackmind.agent.exploration import (
+    ActionHold,
     PolicyParams,
     build_exploration,
+    hold_pmf,
+    sample_hold_lengths,
     select_actions,
     softmax_probabilities,
 )
@@ -146,9 +149,68 @@ def test_presets_follow_their_schedules():
             {"policy": "linesight", "epsilon": 0.1, "epsilon_boltzmann": 0.1, "noise_scale": -1},
             "noise_scale",
         ),
+        ({"policy": "epsilon_greedy", "epsilon": [[0, 0.1]], "hold_max": 0}, "hold_max"),
+        ({"policy": "epsilon_greedy", "epsilon": [[0, 0.1]], "hold_max": 2.5}, "hold_max"),
+        ({"policy": "epsilon_greedy", "epsilon": [[0, 0.1]], "hold_mu": -1}, "hold_mu"),
+        ({"policy": "boltzmann", "temperature": [[0, 1.0]], "hold_max": 4}, "hold_max"),
     ],
 )
 def test_bad_config_names_the_key(cfg, key):
     with pytest.raises(ConfigError) as e:
         build_exploration(cfg)
     assert e.value.key == f"exploration.{key}"
+
+
+def test_hold_pmf_by_hand():
+    # P(n) = n^-2 / (1 + 1/4 + 1/9) for n = 1, 2, 3
+    z = 1 + 1 / 4 + 1 / 9
+    assert hold_pmf(2.0, 3) == pytest.approx([1 / z, 0.25 / z, (1 / 9) / z])
+    assert hold_pmf(0.0, 4) == pytest.approx([0.25] * 4)  # mu = 0: uniform durations
+    assert hold_pmf(2.0, 1) == pytest.approx([1.0])
+
+
+def test_hold_lengths_follow_the_pmf():
+    n = sample_hold_lengths(np.random.default_rng(0), 200_000, 2.0, 5)
+    assert n.min() == 1 and n.max() == 5
+    freq = np.bincount(n, minlength=6)[1:] / len(n)
+    assert freq == pytest.approx(hold_pmf(2.0, 5), abs=0.005)
+
+
+def test_held_random_actions_repeat_until_their_duration_ends():
+    q = np.zeros((1, N_ACTIONS))
+    q[0, 0] = 1.0  # greedy action 0
+    hold = ActionHold(1)
+    # uniform durations of 1..4 and epsilon 1: every action is a held random one
+    params = PolicyParams("epsilon_greedy", epsilon=1.0, hold_mu=0.0, hold_max=4)
+    rng = np.random.default_rng(3)
+    actions, runs = [], []
+    for _ in range(400):
+        left_before = int(hold.left[0])
+        a, _ = select_actions(q, params, rng, hold)
+        if left_before == 0:
+            runs.append(int(hold.left[0]) + 1)  # a new hold: its drawn duration
+        actions.append(int(a[0]))
+    # every run of held steps repeats one action for exactly its drawn duration
+    i = 0
+    for n in runs:
+        assert len(set(actions[i : i + n])) == 1
+        i += n
+    assert i - runs[-1] < len(actions) <= i  # the last hold may outlast the loop
+    assert set(runs) == {1, 2, 3, 4}
+
+
+def test_holds_release_at_race_start_and_leave_greedy_cars_alone():
+    q = np.zeros((2, N_ACTIONS))
+    q[:, 5] = 1.0
+    hold = ActionHold(2)
+    hold.left[:] = 3
+    hold.action[:] = 7
+    params = PolicyParams("epsilon_greedy", epsilon=0.0, hold_max=10)
+    hold.release(np.array([1]))
+    a, g = select_actions(q, params, np.random.default_rng(0), hold)
+    assert a.tolist() == [7, 5]  # car 0 still holds 7; car 1's race began: greedy
+    assert g.tolist() == [False, True]
+    assert hold.left.tolist() == [2, 0]
+    # without holds (hold_max 1) the same draw is Linesight's single random action
+    params1 = PolicyParams("epsilon_greedy", epsilon=0.0, hold_max=1)
+    assert select_actions(q, params1, np.random.default_rng(0), hold)[0].tolist() == [5, 5]

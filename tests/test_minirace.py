@@ -71,6 +71,42 @@ def test_reread_exact_values():
     assert (out.state_float[:, 1:] == 7).all() and (out.next_state_float[:, 1:] == 8).all()
 
 
+def test_lost_race_pays_its_end_rate_for_the_rest_of_the_mini_race():
+    rows = [
+        # lost 2 actions on (n=2, terminal_actions 2): t=10 -> 140 - 10 - 2 = 128 actions
+        # left at -0.5: reward rewards[1] 3 + 0 * Phi' - 2 + (-0.5 * 128) = -63
+        (10, 2, [1.0, 3.0, 3.0], 2.0),
+        # the same end seen from t=137 (reduced n 2 fits: 137 + 2 = 139 < 140): 1 left,
+        # 3 - 2 - 0.5 = 0.5
+        (137, 2, [1.0, 3.0, 3.0], 2.0),
+        # the end lies beyond the steps (terminal_actions 3 > n 1): no end, no rate:
+        # 1 + .5*4 - 2 = 1
+        (0, 1, [1.0, 1.0, 1.0], 3.0),
+        # a finish (rate 0) inside the steps: 3 - 2 = 1, nothing added
+        (10, 2, [1.0, 3.0, 3.0], 2.0),
+        # a cut race that bootstraps (inf): unchanged, 6 + .125*4 - 2 = 4.5
+        (0, 3, [1.0, 3.0, 6.0], INF),
+    ]
+    b = len(rows)
+    floats = torch.zeros((b, 3))
+    out = mini_race_reread(
+        clock=torch.tensor([r[0] for r in rows]),
+        n_steps=torch.tensor([r[1] for r in rows]),
+        rewards=torch.tensor([r[2] for r in rows], dtype=torch.float32),
+        gammas=torch.tensor([[0.5, 0.25, 0.125]] * b),
+        terminal_actions=torch.tensor([r[3] for r in rows], dtype=torch.float32),
+        state_potential=torch.full((b,), 2.0),
+        next_state_potential=torch.full((b,), 4.0),
+        state_float=floats,
+        next_state_float=floats + 1,
+        horizon_actions=H,
+        end_rate=torch.tensor([-0.5, -0.5, -0.5, 0.0, -0.5]),
+    )
+    np.testing.assert_array_equal(out.terminal, [1, 1, 0, 1, 0])
+    np.testing.assert_array_equal(out.discount, [0, 0, 0.5, 0, 0.125])
+    np.testing.assert_array_equal(out.reward, [-63.0, 0.5, 1.0, 1.0, 4.5])
+
+
 def test_shaping_uses_discount_zero_when_terminal():
     # Same transition, non-terminal (t=0) and terminal (t=139): shaping gamma^n Phi' - Phi
     # becomes 0 * Phi' - Phi; with rewards 0: 0.125*4 - 2 = -1.5, then -2.

@@ -8,6 +8,8 @@ from trackmind.replay.nstep import (
     combine_potentials,
     experience_from_rollout,
     fill_buffer_from_rollout_with_n_steps_rule,
+    is_lost,
+    lost_race_rate,
     n_step_lengths,
     n_step_returns,
 )
@@ -67,6 +69,28 @@ def test_cut_race_has_infinite_terminal_actions():
     assert np.isinf(exp.terminal_actions).all()
     # gamma 1: rewards are plain partial sums, frozen after n_t: [1,2,3], [1,2,2], [1,1,1]
     np.testing.assert_array_equal(exp.rewards, [[1, 2, 3], [1, 2, 2], [1, 1, 1]])
+
+
+def test_lost_race_ends_where_it_was_cut_with_its_last_reward_rate():
+    # T = 4 cut for no progress: terminal_actions 4 - t = [4, 3, 2, 1] as for a finish, and
+    # end_rate = mean of the last 2 rewards (-0.2 + -0.4) / 2 = -0.3 on every transition
+    race = dict(make_rollout([1.0, 0.5, -0.2, -0.4], finished=False), end=["no_progress"])
+    exp = experience_from_rollout(race, 3, 1.0, lost_ends=("no_progress",), lost_rate_actions=2)
+    np.testing.assert_array_equal(exp.terminal_actions, [4, 3, 2, 1])
+    np.testing.assert_allclose(exp.end_rate, [-0.3] * 4)
+    # without lost_ends the same race bootstraps from its cut state (inf), rate 0
+    plain = experience_from_rollout(race, 3, 1.0)
+    assert np.isinf(plain.terminal_actions).all() and (plain.end_rate == 0).all()
+    # a timeout is not lost; a finish never is, whatever fired with it
+    assert not is_lost(dict(race, end=["timeout"]), ("no_progress", "stuck"))
+    assert not is_lost(dict(race, finished=True), ("no_progress",))
+    assert is_lost(dict(race, end=["stuck", "timeout"]), ("no_progress", "stuck"))
+    assert not is_lost({"finished": False}, ("stuck",))  # a race without its end recorded
+    # the rate window: the whole race when it is shorter
+    assert lost_race_rate(np.array([1.0, 2.0, 4.0]), 2) == 3.0
+    assert lost_race_rate(np.array([1.0, 2.0]), 10) == 1.5
+    # finished races carry rate 0
+    assert (experience_from_rollout(make_rollout([1, 2]), 3, 1.0).end_rate == 0).all()
 
 
 def test_non_greedy_cut():

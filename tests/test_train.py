@@ -204,6 +204,60 @@ def test_ctrl_c_leaves_no_child_process(tmp_path):
     assert not [k for k in kids if _alive(k)]
 
 
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_stop_signal_keeps_what_was_learned_and_resume_continues(tmp_path, sig, code):
+    """Ctrl-C / SIGTERM 30 s in, before the first periodic checkpoint (every 300 s)."""
+    from mlflow.tracking import MlflowClient
+
+    long_run = ("trainer.max_steps=-1", "trainer.max_time_s=300", "checkpoint.every_s=300")
+    proc = subprocess.Popen(
+        _args(tmp_path, *long_run),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+    )
+    try:
+        _wait_for_collector(proc)
+        time.sleep(30)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == code, err[-3000:]
+    run = tmp_path / "run"
+    s = json.loads((run / "summary.json").read_text())
+    assert s["stopped_by"] == sig.name and s["global_step"] > 0
+    assert (run / "checkpoints" / "last.ckpt").is_file() and (run / "agent.pt").is_file()
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert client.get_run(s["mlflow_run_id"]).info.status == "KILLED"
+    logged = {a.path for a in client.list_artifacts(s["mlflow_run_id"])}
+    assert {"agent.pt", "summary.json", "checkpoints"} <= logged
+    if sig == signal.SIGINT:
+        return  # resuming is the same after either signal: checked once, to keep the suite short
+    resume = [
+        sys.executable,
+        str(TRAIN),
+        f"resume={run}",
+        f"hydra.run.dir={tmp_path / 'resumed'}",
+        f"logger.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}",
+        f"trainer.max_steps={s['global_step'] + 10}",
+    ]
+    more = subprocess.run(
+        resume,
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=300,
+    )
+    assert more.returncode == 0, more.stderr[-3000:]
+    after = json.loads((run / "summary.json").read_text())
+    assert after["global_step"] == s["global_step"] + 10  # the step count went on
+    assert after["mlflow_run_id"] == s["mlflow_run_id"] and after["stopped_by"] is None
+    assert client.get_run(s["mlflow_run_id"]).info.status == "FINISHED"
+
+
 # --- bad input: refused before any process starts ---------------------------------------
 def _plan(*overrides: str):
     with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):

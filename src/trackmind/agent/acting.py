@@ -17,7 +17,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from trackmind.agent.exploration import Exploration, select_actions
+from trackmind.agent.exploration import ActionHold, Exploration, select_actions
 from trackmind.agent.inference import InferenceNetwork, greedy_q, make_inference_network
 
 
@@ -92,6 +92,7 @@ class BatchedPolicy:
         self.k = int(k_taus)
         self.frames = frames
         self.frozen = FrozenGreedy(live, k_taus, n_cars)
+        self.hold = ActionHold(n_cars)  # temporally extended random actions (exploration)
         self.rng = np.random.default_rng(seed)
         self.gen = torch.Generator().manual_seed(seed)
 
@@ -105,7 +106,9 @@ class BatchedPolicy:
         if len(explore):
             q[explore] = cars_q(self.live, img, floats, explore, self.k, self.gen)
         self.frozen.fill(q, img, floats)
-        actions, was_greedy = select_actions(q, self.explorer.params(self.frames()), self.rng)
+        self.hold.release(np.flatnonzero(started))
+        params = self.explorer.params(self.frames())
+        actions, was_greedy = select_actions(q, params, self.rng, self.hold)
         actions[greedy] = q[greedy].argmax(axis=1)  # evaluation races act greedily
         was_greedy[greedy] = True
         return actions, q, was_greedy

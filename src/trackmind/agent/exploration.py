@@ -10,6 +10,13 @@ the frame counter through schedules:
 - ``boltzmann``: a sample from softmax(Q / temperature).
 ``greedy`` (argmax Q) is used for evaluation races.
 
+Temporally extended random actions (Dabney, Ostrovski & Barreto 2021, "ez-greedy"): with
+``hold_max > 1`` the uniform random branch draws a duration n in 1..hold_max with
+P(n) proportional to n^-hold_mu and repeats its action for n steps (`ActionHold` keeps the
+per-car count). One random 50 ms action barely changes a car's course; braking for half a
+second before a hairpin, which single random actions almost never produce, is what the
+agent must see to learn that braking there pays.
+
 ``was_greedy`` is True where the chosen action equals argmax Q, whatever the draw: the
 n-step rule cuts returns at the first action the greedy policy would not have taken.
 """
@@ -37,6 +44,35 @@ class PolicyParams:
     epsilon_boltzmann: float = 0.0
     noise_scale: float = 0.01
     temperature: float = 1.0
+    hold_mu: float = 2.0
+    hold_max: int = 1
+
+
+def hold_pmf(mu: float, max_actions: int) -> np.ndarray:
+    """(max_actions,) P(n) for n = 1..max_actions, proportional to n^-mu (a cut zeta law)."""
+    if max_actions < 1:
+        raise ValueError(f"hold_max must be >= 1, got {max_actions}")
+    w = np.arange(1, max_actions + 1, dtype=np.float64) ** -float(mu)
+    return w / w.sum()
+
+
+def sample_hold_lengths(rng: np.random.Generator, size: int, mu: float, max_actions: int):
+    """(size,) int64 durations drawn from hold_pmf(mu, max_actions)."""
+    cdf = np.cumsum(hold_pmf(mu, max_actions))
+    u = rng.random(size) * cdf[-1]
+    return np.minimum(np.searchsorted(cdf, u, side="right"), max_actions - 1) + 1
+
+
+class ActionHold:
+    """Per car: the random action being held and the steps it still has to run."""
+
+    def __init__(self, n_cars: int) -> None:
+        self.left = np.zeros(n_cars, np.int64)
+        self.action = np.zeros(n_cars, np.int64)
+
+    def release(self, cars: np.ndarray) -> None:
+        """Drop the holds of these cars (their race just began)."""
+        self.left[cars] = 0
 
 
 def _as_numpy(q) -> np.ndarray:
@@ -65,9 +101,12 @@ def _sample_rows(p: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 
 def select_actions(
-    q, params: PolicyParams, rng: np.random.Generator
+    q, params: PolicyParams, rng: np.random.Generator, hold: ActionHold | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Actions (B,) int64 and was_greedy (B,) bool for Q values (B, A), numpy or torch."""
+    """Actions (B,) int64 and was_greedy (B,) bool for Q values (B, A), numpy or torch.
+
+    With `hold` (and params.hold_max > 1) cars holding a random action repeat it, and new
+    uniform draws start a hold of a sampled duration (see the module doc)."""
     q = _as_numpy(q)
     b, n_actions = q.shape
     greedy = q.argmax(axis=1)
@@ -80,24 +119,36 @@ def select_actions(
         r = rng.random(b)
         uniform = r < params.epsilon
         actions[uniform] = rng.integers(0, n_actions, int(uniform.sum()))
+        holding = None
+        if hold is not None and params.hold_max > 1:
+            holding = hold.left > 0
+            uniform &= ~holding
+            new = np.flatnonzero(uniform)
+            hold.action[new] = actions[new]
+            hold.left[new] = sample_hold_lengths(rng, len(new), params.hold_mu, params.hold_max)
         if params.policy == "linesight":
             # the same draw, rescaled on [epsilon, 1), decides the noisy branch
             eps = params.epsilon
             noisy = ~uniform & (r < eps + (1.0 - eps) * params.epsilon_boltzmann)
             noise = rng.standard_normal((int(noisy.sum()), n_actions))
             actions[noisy] = (q[noisy] + params.noise_scale * noise).argmax(axis=1)
+        if holding is not None:
+            actions[holding] = hold.action[holding]
+            hold.left[holding | uniform] -= 1
     else:
         raise ValueError(f"unknown exploration policy {params.policy!r}")
     actions = actions.astype(np.int64)
     return actions, actions == greedy
 
 
+HOLD_KEYS = {"hold_mu", "hold_max"}
 KEYS = {
-    "epsilon_greedy": {"policy", "epsilon", "epsilon_kind"},
+    "epsilon_greedy": {"policy", "epsilon", "epsilon_kind", *HOLD_KEYS},
     "linesight": {
         "policy",
         "epsilon",
         "epsilon_kind",
+        *HOLD_KEYS,
         "epsilon_boltzmann",
         "epsilon_boltzmann_kind",
         "noise_scale",
@@ -116,6 +167,8 @@ class Exploration:
     epsilon_boltzmann: Schedule | None = None
     noise_scale: float = 0.01
     temperature: Schedule | None = None
+    hold_mu: float = 2.0
+    hold_max: int = 1
 
     def params(self, frames: float, explore: bool = True) -> PolicyParams:
         """Settings after ``frames`` frames; explore=False gives greedy (evaluation races)."""
@@ -131,6 +184,8 @@ class Exploration:
             epsilon_boltzmann=read(self.epsilon_boltzmann, 0.0),
             noise_scale=self.noise_scale,
             temperature=read(self.temperature, 1.0),
+            hold_mu=self.hold_mu,
+            hold_max=self.hold_max,
         )
 
 
@@ -166,10 +221,19 @@ def build_exploration(cfg: Mapping) -> Exploration:
     if policy == "boltzmann":
         return Exploration(policy, temperature=_schedule(cfg, "temperature", False))
     epsilon = _schedule(cfg, "epsilon", True)
+    hold_max = cfg.get("hold_max", 1)
+    ok = isinstance(hold_max, int) and not isinstance(hold_max, bool) and hold_max >= 1
+    require(ok, f"{PREFIX}.hold_max", f"must be an integer >= 1 (1: no holds), got {hold_max!r}")
+    hold_mu = cfg.get("hold_mu", 2.0)
+    ok = isinstance(hold_mu, int | float) and not isinstance(hold_mu, bool) and hold_mu >= 0
+    require(ok, f"{PREFIX}.hold_mu", f"must be a number >= 0, got {hold_mu!r}")
+    hold = {"hold_mu": float(hold_mu), "hold_max": hold_max}
     if policy == "epsilon_greedy":
-        return Exploration(policy, epsilon=epsilon)
+        return Exploration(policy, epsilon=epsilon, **hold)
     eps_b = _schedule(cfg, "epsilon_boltzmann", True)
     noise = cfg.get("noise_scale", 0.01)
     ok = isinstance(noise, int | float) and not isinstance(noise, bool) and noise >= 0
     require(ok, f"{PREFIX}.noise_scale", f"must be a number >= 0, got {noise!r}")
-    return Exploration(policy, epsilon=epsilon, epsilon_boltzmann=eps_b, noise_scale=float(noise))
+    return Exploration(
+        policy, epsilon=epsilon, epsilon_boltzmann=eps_b, noise_scale=float(noise), **hold
+    )

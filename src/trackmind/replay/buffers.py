@@ -88,6 +88,8 @@ class ReplayBuffers:
             gamma,
             potential_weights=potential_weights,
             cut_at_non_greedy=c.cut_at_non_greedy,
+            lost_ends=c.lost_ends,
+            lost_rate_actions=c.lost_rate_actions,
             test_fraction=c.test_fraction,
             chunk_length=c.chunk_length,
             rng=self.split_rng,

@@ -39,7 +39,7 @@ def buffer_collate_function(
     clock: torch.Tensor | None = None,
 ) -> dict[str, torch.Tensor]:
     """The learner's batch from records (state_gid, action, n_steps, rewards, gammas,
-    terminal_actions). Clocks are drawn from ``generator`` unless ``clock`` is given."""
+    terminal_actions, end_rate). Clocks are drawn from ``generator`` unless ``clock`` is given."""
     state_gid = records["state_gid"]
     n_steps = records["n_steps"].to(torch.int64)
     batch = len(state_gid)
@@ -58,6 +58,7 @@ def buffer_collate_function(
         floats[batch:],
         horizon_actions,
         copy=False,
+        end_rate=records.get("end_rate"),
     )
     if weights is None:
         weights = torch.ones(batch, dtype=torch.float32)

@@ -51,6 +51,11 @@ class BufferConfig:
     beta: float = 0.4
     priority_eps: float = 1e-6
     state_margin: float = 0.05
+    # a race cut by one of these termination terms is lost: it ends there, and the rest of
+    # its mini-race goes on at the reward rate of its last `lost_rate_actions` actions
+    # (nstep.py); an empty list bootstraps from the cut state, as Linesight does
+    lost_ends: tuple[str, ...] = ("no_progress", "stuck")
+    lost_rate_actions: int = 10
 
     @classmethod
     def from_dict(cls, cfg: Mapping[str, Any] | None, prefix: str = "buffer") -> BufferConfig:
@@ -60,6 +65,11 @@ class BufferConfig:
         check_known_keys(given, known, prefix)
         if "capacity_schedule" in given:
             given["capacity_schedule"] = _schedule(given["capacity_schedule"], prefix)
+        if "lost_ends" in given:
+            ends = given["lost_ends"]
+            ok = isinstance(ends, list | tuple) and all(isinstance(e, str) for e in ends)
+            require(ok, f"{prefix}.lost_ends", f"must be a list of termination terms, got {ends!r}")
+            given["lost_ends"] = tuple(ends)
         conf = cls(**given)
         conf.validate(prefix)
         return conf
@@ -69,7 +79,13 @@ class BufferConfig:
             return f"{prefix}.{name}"
 
         sizes = [s for _, s in self.capacity_schedule]
-        for name in ("learning_starts", "chunk_length", "n_steps", "mini_race_duration_ms"):
+        for name in (
+            "learning_starts",
+            "chunk_length",
+            "n_steps",
+            "mini_race_duration_ms",
+            "lost_rate_actions",
+        ):
             v = getattr(self, name)
             require(_is_int(v) and v >= 1, key(name), f"must be an integer >= 1, got {v!r}")
         require(
@@ -135,6 +151,7 @@ class BufferConfig:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["capacity_schedule"] = [list(p) for p in self.capacity_schedule]
+        d["lost_ends"] = list(self.lost_ends)
         return d
 
 

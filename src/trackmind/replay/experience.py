@@ -21,7 +21,9 @@ class Experience:
     potential: (S,) float32, the weighted shaping potential Phi of each state.
     action, n_steps: (K,) int64; rewards, gammas: (K, n) float32 (rewards[j, i] =
     sum_{m<=i} gamma^m r_{j+m}, gammas[j, i] = gamma^(i+1)); terminal_actions: (K,) float32,
-    actions left to the finish, inf when the race was cut.
+    actions left to the end of the race where it ended (finished or lost), inf when it was
+    cut and goes on bootstrapping; end_rate: (K,) float32, the reward per action of the rest
+    of the mini-race after that end (0 after a finish; a lost race's last reward rate).
     """
 
     frames: np.ndarray
@@ -32,15 +34,18 @@ class Experience:
     rewards: np.ndarray
     gammas: np.ndarray
     terminal_actions: np.ndarray
+    end_rate: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         s, k = len(self.frames), len(self.action)
+        if self.end_rate is None:
+            object.__setattr__(self, "end_rate", np.zeros(k, np.float32))
         if len(self.floats) != s or len(self.potential) != s:
             raise ValueError(
                 f"Experience: {s} frames but {len(self.floats)} floats, "
                 f"{len(self.potential)} potentials"
             )
-        for name in ("n_steps", "rewards", "gammas", "terminal_actions"):
+        for name in ("n_steps", "rewards", "gammas", "terminal_actions", "end_rate"):
             if len(getattr(self, name)) != k:
                 raise ValueError(f"Experience: {k} actions but {len(getattr(self, name))} {name}")
         if k and (self.n_steps.min() < 1 or int((np.arange(k) + self.n_steps).max()) >= s):
@@ -72,4 +77,5 @@ class Experience:
             rewards=self.rewards[t],
             gammas=self.gammas[t],
             terminal_actions=self.terminal_actions[t],
+            end_rate=self.end_rate[t],
         )

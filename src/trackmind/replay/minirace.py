@@ -13,12 +13,20 @@ double weight over that first quarter), the high bound as H + 5 so that t never 
 
 Re-reading, for a transition of stored length n (its n_steps) and clock t:
     reduced_n = n - max(0, t + n - H)            (the steps that fit before the horizon)
-    terminal  = t + n >= H  or  terminal_actions <= reduced_n  (finish inside the steps)
+    ended     = terminal_actions <= reduced_n    (the race ends inside the steps)
+    terminal  = t + n >= H  or  ended
     discount  = 0 if terminal else gammas[reduced_n - 1]
     reward    = rewards[reduced_n - 1] + discount * Phi(s') - Phi(s)
+                + (end_rate * (H - t - terminal_actions) if ended else 0)
     state_float[0] = t;  next_state_float[0] = t + reduced_n = min(t + n, H)
 The next state's clock uses reduced_n, so it never leaves [0, H]; it only differs from
 t + n when the transition is terminal, where discount 0 makes the next state unused.
+
+The last term closes a race that ended before its mini-race did: a finish has end_rate 0
+(nothing is left to pay), a lost race (cut for making no progress: see nstep.py) pays its
+end_rate for each of the H - t - terminal_actions actions left, as if it stayed where it
+stopped. Without it the cut state's value would be bootstrapped, and a network that rarely
+sees such states overestimates them: the crash that ended the race then looks harmless.
 """
 
 from __future__ import annotations
@@ -77,22 +85,28 @@ def mini_race_reread(
     next_state_float: torch.Tensor,
     horizon_actions: int,
     copy: bool = True,
+    end_rate: torch.Tensor | None = None,
 ) -> MiniRace:
     """Apply the re-reading of the module doc to a batch; vectorised, no Python loop.
 
     clock, n_steps: (B,) int64; rewards, gammas: (B, n) float32; terminal_actions and the
-    potentials: (B,) float32; floats (B, F) float32. With ``copy=False`` the clocks are
-    written into the given float tensors (the collate passes fresh gathers).
+    potentials and ``end_rate`` (zeros when not given): (B,) float32; floats (B, F)
+    float32. With ``copy=False`` the clocks are written into the given float tensors (the
+    collate passes fresh gathers).
     """
     clock = clock.to(torch.int64)
     n_steps = n_steps.to(torch.int64)
     end = clock + n_steps
     reduced_n = n_steps - (end - horizon_actions).clamp_(min=0)
-    terminal = (end >= horizon_actions) | (terminal_actions <= reduced_n)
+    ended = terminal_actions <= reduced_n
+    terminal = (end >= horizon_actions) | ended
     pick = (reduced_n - 1).unsqueeze(1)
     gamma_n = gammas.gather(1, pick).squeeze(1)
     discount = torch.where(terminal, torch.zeros_like(gamma_n), gamma_n)
     reward = rewards.gather(1, pick).squeeze(1) + discount * next_state_potential - state_potential
+    if end_rate is not None:
+        left = (horizon_actions - clock).to(reward.dtype) - terminal_actions
+        reward = reward + torch.where(ended, end_rate * left, torch.zeros_like(reward))
     if copy:
         state_float = state_float.clone()
         next_state_float = next_state_float.clone()

@@ -14,8 +14,16 @@ state 1 (n_0 = 1), t = 1 goes on to state 4 (n_1 = 3).
 
 rewards[t, i] = sum_{m <= min(i, n_t - 1)} gamma^m r_{t+m} (frozen after n_t: those entries
 are never read, since the mini-race reduced n never exceeds n_t); gammas[t, i] =
-gamma^(i+1); terminal_actions[t] = T - t if the race finished (state T is the finish),
+gamma^(i+1); terminal_actions[t] = T - t if the race ended at state T (finished or lost),
 else inf. Potentials are Phi(s) per state: the weighted sum of the rollout's potentials.
+
+A lost race is one cut by a termination term of ``lost_ends`` (no progress for 2 s, stuck):
+the car stopped in a wall or turned round, and its race is over. It ends there like a finish,
+but the rest of each mini-race that reaches its end is paid at end_rate, the mean reward of
+the race's last ``lost_rate_actions`` actions (the time penalty of a car standing still, in
+whatever reward terms are configured): the crash costs what losing the race costs, at once,
+instead of a bootstrapped guess of the cut state's value (which overestimates states the
+network rarely sees). A race cut for time (timeout) still bootstraps.
 """
 
 from __future__ import annotations
@@ -60,11 +68,24 @@ def n_step_returns(
     return out.astype(np.float32), gammas.astype(np.float32)
 
 
-def terminal_actions(t_count: int, finished: bool) -> np.ndarray:
-    """(T,) float32 actions left to the finish (T - t), or inf for a race that was cut."""
-    if finished:
+def terminal_actions(t_count: int, ended: bool) -> np.ndarray:
+    """(T,) float32 actions left to the race's end (T - t), or inf for a race that was cut."""
+    if ended:
         return (t_count - np.arange(t_count)).astype(np.float32)
     return np.full(t_count, np.inf, dtype=np.float32)
+
+
+def is_lost(rollout_results: Mapping[str, Any], lost_ends: Sequence[str]) -> bool:
+    """True for a race that did not finish and was cut by one of the `lost_ends` terms."""
+    if rollout_results["finished"]:
+        return False
+    return bool(set(rollout_results.get("end") or ()) & set(lost_ends))
+
+
+def lost_race_rate(rewards: np.ndarray, window: int) -> float:
+    """Mean reward of the last `window` actions (all of them for a shorter race)."""
+    r = np.asarray(rewards, dtype=np.float64)
+    return float(r[-window:].mean()) if len(r) else 0.0
 
 
 def combine_potentials(
@@ -111,6 +132,8 @@ def experience_from_rollout(
     gamma: float,
     potential_weights: Mapping[str, float] | None = None,
     cut_at_non_greedy: bool = True,
+    lost_ends: Sequence[str] = (),
+    lost_rate_actions: int = 10,
 ) -> Experience:
     """All transitions of one race under the n-step rule (frames kept once, by state)."""
     if n_steps < 1:
@@ -119,6 +142,9 @@ def experience_from_rollout(
     lengths = n_step_lengths(rollout_results["action_was_greedy"], n_steps, cut_at_non_greedy)
     rewards, gammas = n_step_returns(rollout_results["rewards"], lengths, n_steps, gamma)
     frames = rollout_results.get("frames", ())
+    finished = bool(rollout_results["finished"])
+    lost = is_lost(rollout_results, lost_ends)
+    rate = lost_race_rate(rollout_results["rewards"], lost_rate_actions) if lost else 0.0
     return Experience(
         frames=np.stack(frames).astype(np.uint8, copy=False)
         if len(frames)
@@ -131,7 +157,8 @@ def experience_from_rollout(
         n_steps=lengths,
         rewards=rewards,
         gammas=gammas,
-        terminal_actions=terminal_actions(t_count, bool(rollout_results["finished"])),
+        terminal_actions=terminal_actions(t_count, finished or lost),
+        end_rate=np.full(t_count, rate, np.float32),
     )
 
 
@@ -150,6 +177,8 @@ def fill_buffer_from_rollout_with_n_steps_rule(
     *,
     potential_weights: Mapping[str, float] | None = None,
     cut_at_non_greedy: bool = True,
+    lost_ends: Sequence[str] = (),
+    lost_rate_actions: int = 10,
     test_fraction: float = 0.05,
     chunk_length: int = 64,
     rng: np.random.Generator | None = None,
@@ -164,7 +193,13 @@ def fill_buffer_from_rollout_with_n_steps_rule(
     if not 0.0 <= test_fraction < 1.0 or math.isnan(test_fraction):
         raise ValueError(f"test_fraction must be in [0, 1), got {test_fraction}")
     exp = experience_from_rollout(
-        rollout_results, n_steps, gamma, potential_weights, cut_at_non_greedy
+        rollout_results,
+        n_steps,
+        gamma,
+        potential_weights,
+        cut_at_non_greedy,
+        lost_ends=lost_ends,
+        lost_rate_actions=lost_rate_actions,
     )
     if exp.n_transitions == 0:
         return 0, 0

@@ -1,12 +1,13 @@
 """TransitionBuffer: one replay buffer (``buffer`` or ``buffer_test``) with frames stored once.
 
 Two FIFO rings. The StateStore holds every state (frame, floats, potential) once. A torchrl
-ReplayBuffer over a LazyTensorStorage holds the small transition records (state gid, action,
-n_steps, rewards, gammas, terminal_actions: 38 bytes at n = 3); the next state is state gid
-+ n_steps. The state ring has ``state_margin`` more rows than the record ring has slots
-(a race of T actions has T + 1 states), so normally records leave first. If states ever
-run out first (very short races), the records whose states were overwritten leave the live
-window: the samplers draw only from it, so no sample ever reads an overwritten frame.
+ReplayBuffer over a LazyTensorStorage holds the small transition records (state gid,
+action, n_steps, rewards, gammas, terminal_actions, end_rate: 42 bytes at n = 3); the next
+state is state gid + n_steps. The state ring has ``state_margin`` more rows than the
+record ring has slots (a race of T actions has T + 1 states), so normally records leave
+first. If states ever run out first (very short races), the records whose states were
+overwritten leave the live window: the samplers draw only from it, so no sample ever
+reads an overwritten frame.
 
 Capacity grows by copying the live part into larger rings (oldest first); save/load does
 the same through a compact state_dict. Not thread-safe: one thread adds, samples and updates
@@ -35,7 +36,7 @@ def _identity(x: Any) -> Any:
 
 def record_nbytes(n_steps: int) -> int:
     """Bytes of one stored transition record (without its states)."""
-    return 8 + 1 + 1 + 4 * n_steps * 2 + 4
+    return 8 + 1 + 1 + 4 * n_steps * 2 + 4 + 4
 
 
 class TransitionBuffer:
@@ -134,6 +135,7 @@ class TransitionBuffer:
                 "terminal_actions": torch.as_tensor(
                     exp.terminal_actions[keep], dtype=torch.float32
                 ),
+                "end_rate": torch.as_tensor(exp.end_rate[keep], dtype=torch.float32),
             },
             batch_size=[len(range(k)[keep])],
         )
@@ -219,6 +221,9 @@ class TransitionBuffer:
         self._build(capacity)
         self.states = states
         if n:
+            records = dict(records)
+            if "end_rate" not in records:  # saved before lost races had an end rate
+                records["end_rate"] = torch.zeros(n, dtype=torch.float32)
             self.rb.extend(TensorDict(records, batch_size=[n]))
             self._cursor, self._live = n % capacity, n
         if self.prioritized:

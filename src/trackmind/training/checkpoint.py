@@ -132,6 +132,13 @@ def merge_resume_config(saved: dict, composed: dict, overrides: list[str]) -> di
     return out
 
 
+def is_interruption(exception: BaseException) -> bool:
+    """True for a stop asked from outside: Ctrl-C (KeyboardInterrupt) or SIGTERM."""
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    return isinstance(exception, KeyboardInterrupt | SIGTERMException)
+
+
 class CheckpointCallback(L.Callback):
     """Saves `checkpoints/last.ckpt` every `every_s` seconds and at the end of fit."""
 
@@ -151,6 +158,7 @@ class CheckpointCallback(L.Callback):
         self.log_to_mlflow = log_to_mlflow
         self.buffers = buffers
         self.saved = 0
+        self.interrupted = False  # Ctrl-C or SIGTERM reached fit (on_exception)
         self.last_path: Path | None = None
         self._last = time.monotonic()
 
@@ -164,6 +172,13 @@ class CheckpointCallback(L.Callback):
 
     def on_train_end(self, trainer, pl_module) -> None:
         self.save(trainer)
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        """Ctrl-C or SIGTERM (how schedulers stop jobs): keep what was learned since the
+        last periodic checkpoint. Other errors keep the last good checkpoint as it is."""
+        if is_interruption(exception):
+            self.interrupted = True
+            self.save(trainer)
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
         logger = trainer.logger

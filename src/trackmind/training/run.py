@@ -19,10 +19,11 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from trackmind.replay.buffers import make_buffers
 from trackmind.sim.reference import reference_time_ms
-from trackmind.training.callbacks import CollectorCallback, RaceMetricsCallback
+from trackmind.training.callbacks import CollectorCallback, RaceMetricsCallback, TrialPruning
 from trackmind.training.checkpoint import (
     CheckpointCallback,
     check_network_matches,
@@ -312,7 +313,9 @@ def train(
         output_dir, cfg, ck["every_s"], ck["save_buffer"], ck["log_to_mlflow"], buffers
     )
     metrics_cb = RaceMetricsCallback(dm, float(cfg["logger"].get("log_every_s", 10)))
-    callbacks = [CollectorCallback(pool, shared), metrics_cb, ckpt_cb, media]
+    maps = [e.name for e in plan.cycle.entries]
+    pruning = TrialPruning(lambda: objective(stats, maps))  # only acts in an Optuna sweep
+    callbacks = [CollectorCallback(pool, shared), metrics_cb, ckpt_cb, media, pruning]
     progress = bool(tcfg.get("progress_bar", True))
     if progress:
         callbacks.append(RaceProgressBar(metrics_cb))
@@ -354,6 +357,7 @@ def train(
         sysmon = start_system_metrics(logger, cfg["logger"])
     if resume is not None:
         log.info("resuming from %s", resume)
+    stop_signal = None  # "SIGINT" or "SIGTERM" when the run was stopped from outside
     try:
         trainer.fit(
             module,
@@ -361,11 +365,20 @@ def train(
             ckpt_path=str(resume) if resume is not None else None,
             weights_only=True if resume is not None else None,
         )
+    except (KeyboardInterrupt, SystemExit, SIGTERMException) as e:
+        # Lightning saves last.ckpt (CheckpointCallback.on_exception), then turns Ctrl-C into
+        # SystemExit(1) and re-raises SIGTERM as SIGTERMException: finish the run's records
+        if isinstance(e, SystemExit) and not ckpt_cb.interrupted:
+            raise
+        stop_signal = "SIGTERM" if isinstance(e, SIGTERMException) else "SIGINT"
+        log.warning("%s: stopping; checkpoint, agent.pt and summary.json are kept", stop_signal)
     finally:
         pool.stop()
         if sysmon is not None:
             sysmon.finish()
-    result = objective(stats, [e.name for e in plan.cycle.entries])
+    result = objective(stats, maps)
+    if pruning.pruned_at is not None:
+        log.info("Optuna pruned this trial after %d minute(s)", pruning.pruned_at)
     ckpt = output_dir / "agent.pt"  # the final online network with the config that built it
     torch.save({"network": module.acting.state_dict(), "config": cfg}, ckpt)
     summary = {
@@ -386,6 +399,8 @@ def train(
         "greedy_races": stats.history,
         "last_metrics": metrics_cb.last_metrics,
         "mlflow_run_id": getattr(logger, "run_id", None),
+        "stopped_by": stop_signal,
+        "pruned_at_minute": pruning.pruned_at,
         "pid": os.getpid(),
     }
     (output_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=float))
@@ -393,4 +408,8 @@ def train(
         logger.experiment.log_metric(logger.run_id, "objective", result)
         logger.experiment.log_artifact(logger.run_id, str(output_dir / "summary.json"))
         logger.experiment.log_artifact(logger.run_id, str(ckpt))
+        if stop_signal is not None:  # Lightning marked it FAILED; it was stopped, not broken
+            logger.experiment.set_terminated(logger.run_id, "KILLED")
+    if stop_signal is not None:
+        raise SystemExit(130 if stop_signal == "SIGINT" else 143)
     return result
