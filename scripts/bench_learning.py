@@ -142,6 +142,8 @@ def table(rows: list[dict]) -> str:
     ]
     for r in rows:
         name = r["map"] if r["option"] == r["map"] else f"{r['map']} ({r['option']})"
+        if r.get("overrides"):
+            name += f" `{r['overrides']}`"
         lines.append(
             f"| {name} "
             f"| {r['minutes']:g} min | {num(r['first_finish_min'], '.1f')} min "

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -67,5 +68,36 @@ def resumed_config(composed: dict, overrides: list[str]):
     return path, cfg
 
 
+def unknown_group_option(argv: list[str], conf_dir: Path) -> str | None:
+    """One line for a `group=option` override whose option does not exist, else None.
+
+    Hydra reports a missing option in many lines (and exit status 1); this check runs first
+    and names the group's options instead. A map file or a procedural map is no option of
+    the map group: it goes in the cycle (`map.cycle='[{map: path.csv}]'`).
+    """
+    groups = {p.name for p in conf_dir.iterdir() if p.is_dir()}
+    for arg in argv:
+        key, eq, value = arg.lstrip("+").partition("=")
+        if not eq or key not in groups or value in ("null", "") or "(" in value:
+            continue  # not a group choice (or a sweep function: Hydra checks it)
+        missing = [v for v in value.split(",") if not (conf_dir / key / f"{v}.yaml").is_file()]
+        if not missing:
+            continue  # an option, or a sweep over options (a,b) that all exist
+        value = missing[0]
+        options = ", ".join(sorted(p.stem for p in (conf_dir / key).glob("*.yaml")))
+        hint = ""
+        if key == "map":
+            hint = (
+                "; a map file or procedural:<seed> goes in the cycle: "
+                "map.cycle='[{map: path/to/map.csv}]' or map.cycle='[{map: procedural:7}]'"
+            )
+        return f"config error: {arg}: no {key} option {value!r} (options: {options}){hint}"
+    return None
+
+
 if __name__ == "__main__":
+    problem = unknown_group_option(sys.argv[1:], Path(__file__).resolve().parents[1] / "conf")
+    if problem:
+        print(problem, file=sys.stderr)
+        sys.exit(2)
     main()

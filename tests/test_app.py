@@ -159,9 +159,9 @@ def test_checkpoint_of_another_network_shape_is_refused(killed_run, tmp_path):
 
 def test_misspelt_group_option_names_the_group(tmp_path):
     res = subprocess.run(_args(tmp_path, "map=startr"), capture_output=True, text=True, timeout=60)
-    assert res.returncode != 0
-    assert "Could not find 'map/startr'" in res.stderr
-    assert "starter" in res.stderr  # Hydra lists the available options
+    assert res.returncode == 2
+    assert res.stderr.startswith("config error: map=startr: no map option 'startr'")
+    assert "starter" in res.stderr  # the available options are listed
     assert not (tmp_path / "mlflow.db").exists()
 
 
@@ -296,14 +296,21 @@ def test_progress_figures():
         "throughput/samples_per_s": 4100.6,
         "train/loss": 0.012345,
     }
-    assert progress_figures(m) == {
-        "finish": "75%",
-        "best": "25.25s",
-        "ratio": "1.150",
+    # a cycle: the worst map's finish rate and best ratio, named; maps never finished
+    cycle = dict(m, **{"race/c/finish_rate": 0.0})
+    assert progress_figures(cycle, elapsed_s=271.0, budget_s=1800.0) == {
+        "time": "4:31<25:29",
+        "finish": "0% c",
+        "ratio": "1.200 b",
+        "unfinished": "1",
         "trans/s": "760",
         "samples/s": "4101",
         "loss": "0.0123",
     }
+    # one map: its own figures
+    one = {"race/a/finish_rate": 0.5, "race/a/best_time": 20.0, "race/a/best_ratio": 1.1}
+    assert progress_figures(one) == {"finish": "50%", "best": "20.00s", "ratio": "1.100"}
+    assert progress_figures({}, elapsed_s=3725.0, budget_s=7200.0) == {"time": "1:02:05<57:55"}
     assert progress_figures({}) == {}
 
 

@@ -17,7 +17,7 @@ H = 140
 INF = float("inf")
 
 
-def reread(rows, horizon=H):
+def reread(rows, horizon=H, end_rate=None):
     """rows: (clock, n_steps, rewards[3], terminal_actions).
 
     gammas are 0.5^(i+1), Phi(s) = 2 and Phi(s') = 4 for every row."""
@@ -34,6 +34,7 @@ def reread(rows, horizon=H):
         state_float=floats,
         next_state_float=floats + 1,
         horizon_actions=horizon,
+        end_rate=None if end_rate is None else torch.tensor(end_rate),
     )
 
 
@@ -87,21 +88,7 @@ def test_lost_race_pays_its_end_rate_for_the_rest_of_the_mini_race():
         # a cut race that bootstraps (inf): unchanged, 6 + .125*4 - 2 = 4.5
         (0, 3, [1.0, 3.0, 6.0], INF),
     ]
-    b = len(rows)
-    floats = torch.zeros((b, 3))
-    out = mini_race_reread(
-        clock=torch.tensor([r[0] for r in rows]),
-        n_steps=torch.tensor([r[1] for r in rows]),
-        rewards=torch.tensor([r[2] for r in rows], dtype=torch.float32),
-        gammas=torch.tensor([[0.5, 0.25, 0.125]] * b),
-        terminal_actions=torch.tensor([r[3] for r in rows], dtype=torch.float32),
-        state_potential=torch.full((b,), 2.0),
-        next_state_potential=torch.full((b,), 4.0),
-        state_float=floats,
-        next_state_float=floats + 1,
-        horizon_actions=H,
-        end_rate=torch.tensor([-0.5, -0.5, -0.5, 0.0, -0.5]),
-    )
+    out = reread(rows, end_rate=[-0.5, -0.5, -0.5, 0.0, -0.5])
     np.testing.assert_array_equal(out.terminal, [1, 1, 0, 1, 0])
     np.testing.assert_array_equal(out.discount, [0, 0, 0.5, 0, 0.125])
     np.testing.assert_array_equal(out.reward, [-63.0, 0.5, 1.0, 1.0, 4.5])

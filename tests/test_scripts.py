@@ -74,3 +74,9 @@ def test_bench_learning_rows_by_hand():
     assert bench.window_s(6) == 120.0  # a short budget reads its last third
     never = bench.summarise(history[:1], 20_000.0, 30, 1200.0)
     assert never["first_finish_min"] is None and never["median_ratio"] is None
+    # the table names a row's map and the overrides it ran with
+    row.update(map="hairpins", option="hairpins", minutes=30, run_id="0123456789", overrides="")
+    line = bench.table([row]).splitlines()[2]
+    assert line.startswith("| hairpins | 30 min | 2.5 min | 75% of 4 | 1.150 | 1.100 | 6 | no |")
+    tuned = bench.table([{**row, "overrides": "buffer.lost_ends=[stuck]"}]).splitlines()[2]
+    assert tuned.startswith("| hairpins `buffer.lost_ends=[stuck]` | 30 min |")

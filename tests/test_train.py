@@ -218,8 +218,8 @@ def test_stop_signal_keeps_what_was_learned_and_resume_continues(tmp_path, sig, 
         env=_env(),
     )
     try:
-        _wait_for_collector(proc)
-        time.sleep(30)
+        _wait_for_collector(proc)  # about 10 s after the start
+        time.sleep(20)  # 30 s into the run, learning since about 15 s
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=120)
     finally:
@@ -299,6 +299,27 @@ def test_bad_config_exits_2_with_one_line_before_any_process(tmp_path):
     lines = [x for x in res.stderr.splitlines() if x.strip()]
     assert lines[-1].startswith("config error: map.cycle[0].map:") and "nowhere" in lines[-1]
     assert not (tmp_path / "mlflow.db").exists()  # nothing started, nothing recorded
+
+
+@pytest.mark.parametrize(
+    ("arg", "start"),
+    [
+        (
+            "map=nonexistent",
+            "config error: map=nonexistent: no map option 'nonexistent' (options: ",
+        ),
+        ("network=big", "config error: network=big: no network option 'big' (options: "),
+        ("+experiment=nope", "config error: +experiment=nope: no experiment option 'nope'"),
+    ],
+)
+def test_unknown_group_option_is_one_line_exit_2(tmp_path, arg, start):
+    res = subprocess.run(_args(tmp_path, arg), capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2
+    lines = [x for x in res.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith(start), res.stderr
+    if arg.startswith("map="):
+        assert "starter" in lines[0] and "procedural:" in lines[0]
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "run").exists()
 
 
 def test_replay_ratio_rule():

@@ -53,8 +53,8 @@ class BufferConfig:
     state_margin: float = 0.05
     # a race cut by one of these termination terms is lost: it ends there, and the rest of
     # its mini-race goes on at the reward rate of its last `lost_rate_actions` actions
-    # (nstep.py); an empty list bootstraps from the cut state, as Linesight does
-    lost_ends: tuple[str, ...] = ("no_progress", "stuck")
+    # (nstep.py); empty (the default) bootstraps from the cut state, as Linesight does
+    lost_ends: tuple[str, ...] = ()
     lost_rate_actions: int = 10
 
     @classmethod

@@ -21,6 +21,7 @@ import lightning as L
 import torch
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from trackmind.logs import tidy_library_output
 from trackmind.replay.buffers import make_buffers
 from trackmind.sim.reference import reference_time_ms
 from trackmind.training.callbacks import CollectorCallback, RaceMetricsCallback, TrialPruning
@@ -192,6 +193,7 @@ def train(
     resume: Path | None = None,
 ) -> float:
     """Fit, summarise, return the objective; `resume`: a checkpoint of this run to continue."""
+    tidy_library_output()
     cfg = plan.cfg
     ckpt = read_checkpoint(resume) if resume is not None else None
     saved = ckpt["trackmind"] if ckpt is not None else None
@@ -318,7 +320,7 @@ def train(
     callbacks = [CollectorCallback(pool, shared), metrics_cb, ckpt_cb, media, pruning]
     progress = bool(tcfg.get("progress_bar", True))
     if progress:
-        callbacks.append(RaceProgressBar(metrics_cb))
+        callbacks.append(RaceProgressBar(metrics_cb, budget_s=tcfg.get("max_time_s")))
     max_time = tcfg.get("max_time_s")
     trainer = L.Trainer(
         accelerator=tcfg["accelerator"],
