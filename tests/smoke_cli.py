@@ -22,6 +22,18 @@ def smoke_args(tmp: Path, *extra: str, run: str = "run") -> list[str]:
     ]
 
 
+def resume_args(tmp: Path, target: str, *extra: str) -> list[str]:
+    """train.py resume=<target> (no debug=smoke: a resumed run keeps its saved config)."""
+    return [
+        sys.executable,
+        str(TRAIN),
+        f"resume={target}",
+        f"hydra.run.dir={tmp / 'resumed'}",
+        f"logger.tracking_uri=sqlite:///{tmp / 'mlflow.db'}",
+        *extra,
+    ]
+
+
 def unbuffered_env() -> dict:
     """The environment with unbuffered output, so a killed run's last lines are kept."""
     return {**os.environ, "PYTHONUNBUFFERED": "1"}

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
-from smoke_cli import smoke_args, unbuffered_env
+from smoke_cli import resume_args, smoke_args, unbuffered_env
 
 from trackmind.errors import ConfigError
 from trackmind.training.checkpoint import (
@@ -36,17 +36,6 @@ TRAIN = ROOT / "scripts" / "train.py"
 
 
 _args, _env = smoke_args, unbuffered_env
-
-
-def _resume_args(tmp: Path, target: str, *extra: str) -> list[str]:
-    return [
-        sys.executable,
-        str(TRAIN),
-        f"resume={target}",
-        f"hydra.run.dir={tmp / 'resumed'}",
-        f"logger.tracking_uri=sqlite:///{tmp / 'mlflow.db'}",
-        *extra,
-    ]
 
 
 def _wait_for_checkpoint(proc: subprocess.Popen, path: Path, min_step: int, timeout_s=120) -> dict:
@@ -97,7 +86,7 @@ def test_kill_9_then_resume_continues_step_frames_and_mlflow_run(killed_run):
     run_id = ck["trackmind"]["mlflow_run_id"]
     assert step >= 10 and frames > 0 and run_id
     res = subprocess.run(
-        _resume_args(tmp, str(tmp / "run"), f"trainer.max_steps={step + 15}"),
+        resume_args(tmp, str(tmp / "run"), f"trainer.max_steps={step + 15}"),
         capture_output=True,
         text=True,
         env=_env(),
@@ -132,7 +121,7 @@ def test_corrupt_checkpoint_is_refused_and_files_kept(killed_run, tmp_path):
     bad.write_bytes(good[: len(good) // 2])
     before = _digest(bad)
     res = subprocess.run(
-        _resume_args(tmp_path, str(bad)), capture_output=True, text=True, timeout=120
+        resume_args(tmp_path, str(bad)), capture_output=True, text=True, timeout=120
     )
     assert res.returncode == 2
     last = [x for x in res.stderr.splitlines() if x.strip()][-1]
@@ -146,7 +135,7 @@ def test_checkpoint_of_another_network_shape_is_refused(killed_run, tmp_path):
     ckpt = tmp / "run" / "checkpoints" / "last.ckpt"
     before = _digest(ckpt)
     res = subprocess.run(
-        _resume_args(tmp_path, str(ckpt), "network.dense_hidden=32"),
+        resume_args(tmp_path, str(ckpt), "network.dense_hidden=32"),
         capture_output=True,
         text=True,
         timeout=120,

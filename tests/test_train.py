@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
-from smoke_cli import smoke_args, unbuffered_env
+from smoke_cli import resume_args, smoke_args, unbuffered_env
 
 from trackmind.errors import ConfigError
 from trackmind.training.datamodule import replay_ratio_allows
@@ -236,16 +236,8 @@ def test_stop_signal_keeps_what_was_learned_and_resume_continues(tmp_path, sig, 
     assert {"agent.pt", "summary.json", "checkpoints"} <= logged
     if sig == signal.SIGINT:
         return  # resuming is the same after either signal: checked once, to keep the suite short
-    resume = [
-        sys.executable,
-        str(TRAIN),
-        f"resume={run}",
-        f"hydra.run.dir={tmp_path / 'resumed'}",
-        f"logger.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}",
-        f"trainer.max_steps={s['global_step'] + 10}",
-    ]
     more = subprocess.run(
-        resume,
+        resume_args(tmp_path, str(run), f"trainer.max_steps={s['global_step'] + 10}"),
         capture_output=True,
         text=True,
         env=_env(),
