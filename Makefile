@@ -5,8 +5,10 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 # torch first, pinned: on this CPU machine it is a local CPU build (no multi-GB CUDA wheels)
 TORCH_SPEC ?= torch==2.13.0
+# optional features the tests and the README commands use (pyproject.toml extras)
+EXTRAS ?= dev,ray,sweep
 
-.PHONY: install test test-slow train drive mlflow-ui mlflow-screenshot bench bench-learner bench-learning lint format clean
+.PHONY: install test test-slow test-min-deps train drive mlflow-ui mlflow-screenshot bench bench-learner bench-learning lint format clean
 
 install: $(STAMP)
 
@@ -14,7 +16,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
 	touch $(STAMP)
 
 test: $(STAMP)
@@ -22,6 +24,18 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -m slow
+
+# pyproject's ">=" minimums, installed exactly (scripts/min_deps.py) in a second venv, and the
+# default test suite run on them: proves every declared minimum true
+MIN_VENV := .venv-min
+test-min-deps:
+	rm -rf $(MIN_VENV)
+	$(PYTHON) -m venv $(MIN_VENV)
+	$(MIN_VENV)/bin/python -m pip install -q --upgrade pip
+	$(MIN_VENV)/bin/python -m pip install -q "$(TORCH_SPEC)"
+	$(MIN_VENV)/bin/python scripts/min_deps.py --extras $(EXTRAS) > $(MIN_VENV)/minimums.txt
+	$(MIN_VENV)/bin/python -m pip install -q -c $(MIN_VENV)/minimums.txt -e ".[$(EXTRAS)]"
+	$(MIN_VENV)/bin/python -m pytest $(MIN_TESTS)
 
 train: $(STAMP)
 	$(PY) scripts/train.py $(ARGS)
@@ -60,4 +74,4 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix src scripts tests
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) $(MIN_VENV) .pytest_cache

@@ -17,13 +17,14 @@ ran back to back, so machine drift cancels); the budget: on one machine Ray cost
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
+
+from trackmind.cli import OneLineParser, float_in, int_at_least, positive_float
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 BUDGET_RATIO = 0.85
@@ -96,12 +97,16 @@ def measure(p, seconds: float, warmup: float, publish_every_s: float) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = OneLineParser(description=__doc__.split("\n")[0])
     ap.add_argument("overrides", nargs="*", help="Hydra overrides applied to both backends")
-    ap.add_argument("--seconds", type=float, default=20.0, help="measured window per repeat")
-    ap.add_argument("--warmup", type=float, default=5.0, help="seconds after the first race")
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--publish-every-s", type=float, default=0.5)
+    ap.add_argument(
+        "--seconds", type=positive_float(), default=20.0, help="measured window per repeat"
+    )
+    ap.add_argument(
+        "--warmup", type=float_in(0, 3600), default=5.0, help="seconds after the first race"
+    )
+    ap.add_argument("--repeats", type=int_at_least(1), default=3)
+    ap.add_argument("--publish-every-s", type=positive_float(), default=0.5)
     ap.add_argument("--json", type=Path, help="write the figures here too")
     args = ap.parse_args()
 

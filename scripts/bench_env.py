@@ -11,10 +11,11 @@ the same process for a side-by-side ratio. Each figure is the median of several 
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import time
+
+from trackmind.cli import OneLineParser, int_at_least
 
 os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 
@@ -101,9 +102,9 @@ def bench_car_racing(steps: int, repeats: int) -> float | None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = OneLineParser(description=__doc__)
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--batches", type=int, nargs="+", default=[1, 16, 64, 256])
+    ap.add_argument("--batches", type=int_at_least(1), nargs="+", default=[1, 16, 64, 256])
     args = ap.parse_args()
     repeats = 3 if args.quick else 5
     shapes = [(120, 160), (48, 64)]

@@ -36,6 +36,7 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from trackmind.agent.network_config import NetworkConfig, build_network, network_config
+from trackmind.cli import OneLineParser, int_at_least, positive_float
 from trackmind.replay.buffers import ReplayBuffers, make_buffers
 from trackmind.training.module import IQNLightningModule, schedule_from
 
@@ -359,14 +360,22 @@ def verdict(ok: bool) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap = OneLineParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer repeats, smaller buffers")
     ap.add_argument("--presets", nargs="+", default=list(PRESETS), choices=PRESETS)
-    ap.add_argument("--batch", type=int, default=512)
-    ap.add_argument("--threads", type=int, default=2, help="torch threads (the learner's cores)")
-    ap.add_argument("--repeats", type=int, help="timed repeats of each (default 7, quick 3)")
-    ap.add_argument("--transitions", type=int, help="buffer size (default 20k; 10k at 120x160)")
-    ap.add_argument("--repeat-s", type=float, help="seconds of steps a repeat (2, quick 0.5)")
+    ap.add_argument("--batch", type=int_at_least(1), default=512)
+    ap.add_argument(
+        "--threads", type=int_at_least(1), default=2, help="torch threads (the learner's cores)"
+    )
+    ap.add_argument(
+        "--repeats", type=int_at_least(1), help="timed repeats of each (default 7, quick 3)"
+    )
+    ap.add_argument(
+        "--transitions", type=int_at_least(1), help="buffer size (default 20k; 10k at 120x160)"
+    )
+    ap.add_argument(
+        "--repeat-s", type=positive_float(), help="seconds of steps a repeat (2, quick 0.5)"
+    )
     ap.add_argument("--devices", nargs="+", choices=("cpu", "cuda"), help="default: all found")
     ap.add_argument("--amp", action="store_true", help="fp16 autocast on the GPU")
     args = ap.parse_args(argv)

@@ -34,6 +34,8 @@ import time
 from datetime import date
 from pathlib import Path
 
+from trackmind.cli import OneLineParser, positive_float
+
 ROOT = Path(__file__).resolve().parents[1]
 MAP_CONF = ROOT / "conf" / "map"
 BUILTIN = ["starter", "hairpins", "chicanes", "flow", "speedway", "technical"]
@@ -173,8 +175,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     extra = argv[argv.index("--") + 1 :] if "--" in argv else []
     argv = argv[: argv.index("--")] if "--" in argv else argv
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--minutes", type=float, default=30.0, help="training budget per row")
+    ap = OneLineParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument(
+        "--minutes", type=positive_float(), default=30.0, help="training budget per row"
+    )
     ap.add_argument("--maps", nargs="+", default=BUILTIN, help="conf/map options")
     ap.add_argument("--results", default="docs/bench_learning.json", help="rows (committed)")
     ap.add_argument("--tracking-uri", default="sqlite:///outputs/mlflow.db")

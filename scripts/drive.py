@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from trackmind.cli import OneLineParser
 from trackmind.sim.driver import PurePursuitDriver, drive_races
 from trackmind.sim.game import SimGame
 from trackmind.sim.mapio import load_map
@@ -31,15 +32,25 @@ def parse_frames(text: str | None) -> tuple[int, int] | None:
     try:
         h, w = (int(v) for v in text.lower().split("x"))
     except ValueError:
-        raise SystemExit(f"error: --frames must look like 120x160, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"must look like 120x160, got {text!r}") from None
+    if not (8 <= h <= 1024 and 8 <= w <= 1024):
+        raise argparse.ArgumentTypeError(f"sides must be in 8..1024, got {text!r}")
     return h, w
 
 
+def frames_arg(text: str) -> str:
+    """--frames as argparse checks it: a size such as 120x160, or none."""
+    parse_frames(text)
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap = OneLineParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--maps", nargs="+", default=builtin_names(), help="map names or files")
     ap.add_argument("--speed-share", type=float, default=0.8, help="share of the limit speed")
-    ap.add_argument("--frames", default=None, help="render frames of this size, e.g. 120x160")
+    ap.add_argument(
+        "--frames", type=frames_arg, default=None, help="render frames of this size, e.g. 120x160"
+    )
     ap.add_argument("--save-frames", default=None, help="folder for a PNG strip per map")
     args = ap.parse_args(argv)
     if not 0.1 <= args.speed_share <= 2.0:

@@ -21,190 +21,18 @@ bad map ends the output with one line (exit status 2).
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
-import numpy as np
-import torch
-
-from trackmind.game.actions import ACTION_NAMES
+from trackmind.cli import OneLineParser, int_at_least
+from trackmind.evaluation import evaluate, load_checkpoint, map_entries
 from trackmind.tmi.connection import GameUnavailable
 
 MAP_CONF = Path(__file__).resolve().parents[1] / "conf" / "map"
 
 
-def load_checkpoint(path: str) -> dict:
-    p = Path(path)
-    if not p.is_file():
-        raise ValueError(f"{path}: checkpoint not found")
-    try:  # plain tensors and containers only: a checkpoint cannot run code when loaded
-        ckpt = torch.load(p, map_location="cpu", weights_only=True)
-    except Exception as e:  # any unreadable file is the same error to the user
-        raise ValueError(f"{path}: not a trackmind checkpoint ({type(e).__name__})") from None
-    if isinstance(ckpt, dict) and isinstance(ckpt.get("trackmind"), dict):  # a training .ckpt
-        state = ckpt["state_dict"]  # the weights greedy races ran: the acting average if any
-        prefix = "acting_network." if any(k.startswith("acting_") for k in state) else "online_"
-        prefix = "online_network." if prefix == "online_" else prefix
-        net = {k[len(prefix) :]: v for k, v in ckpt["state_dict"].items() if k.startswith(prefix)}
-        ckpt = {"network": net, "config": ckpt["trackmind"]["config"]}
-    if not isinstance(ckpt, dict) or "network" not in ckpt or "config" not in ckpt:
-        raise ValueError(f"{path}: not a trackmind checkpoint (no network/config)")
-    return ckpt
-
-
-def map_entries(names: list[str], conf_dir: Path = MAP_CONF) -> list[dict]:
-    """Cycle entries for --maps: a conf/map option gives its cycle's entries (with their
-    challenge files and reference times), any other name is a map of its own."""
-    from omegaconf import OmegaConf
-
-    entries = []
-    for name in dict.fromkeys(names):
-        option = conf_dir / f"{name}.yaml"
-        if "/" not in name and ":" not in name and option.is_file():
-            cycle = OmegaConf.to_container(OmegaConf.load(option)).get("cycle", [])
-            entries += [{"map": e} if isinstance(e, str) else dict(e) for e in cycle]
-        else:
-            entries.append({"map": name})
-    return entries
-
-
-def evaluate(
-    ckpt: dict,
-    maps: list[str | dict],
-    races: int,
-    trace: bool = False,
-    plot_dir: str | None = None,
-    video: bool = True,
-    midpoint: bool = True,
-) -> list[dict]:
-    """Greedy races (one car each) on every map; a row of results per map.
-
-    `maps` are map names or cycle entries (`{map, challenge, reference_time_ms}`).
-    With `plot_dir`, the best race of each map is drawn there (trajectory coloured by speed)
-    and, with `video`, rendered as a GIF from the sim (driver's view and minimap).
-    """
-    from trackmind.env.build import make_race
-    from trackmind.training.factory import resolve_frame_shape
-
-    cfg = resolve_frame_shape(ckpt["config"])
-    cycle, failed = loadable_cycle(maps)
-    rows = [{"map": name, "error": problem} for name, problem in failed]
-    for entry in cycle.entries if cycle is not None else []:
-        race = make_race(
-            cfg["env"], cfg["reward"], n_cars=1, maps=entry.track, challenges=cycle.challenges
-        )
-        try:
-            rows.append(
-                _evaluate_map(
-                    race,
-                    cfg,
-                    ckpt,
-                    cycle,
-                    entry,
-                    races=races,
-                    trace=trace,
-                    plot_dir=plot_dir,
-                    video=video,
-                    midpoint=midpoint,
-                )
-            )
-        finally:
-            race.close()  # a real game is released for the next map or the next program
-    return rows
-
-
-def loadable_cycle(maps: list[str | dict]):
-    """(MapCycle of the maps that load, or None; [(map, one-line problem)] of the others)."""
-    from trackmind.errors import ConfigError
-    from trackmind.game.map_cycle import MapCycle
-
-    entries = [{"map": m} if isinstance(m, str) else dict(m) for m in maps]
-    once = {str(e["map"]): {**e, "exploration": 0, "greedy": 1} for e in entries}  # map once
-    good, failed = [], []
-    for name, entry in once.items():
-        try:
-            MapCycle.from_config([entry], key="map")
-        except ConfigError as e:
-            failed.append((name, str(e).removeprefix("map[0].map: ")))
-            continue
-        good.append(entry)
-    return (MapCycle.from_config(good) if good else None), failed
-
-
-def _evaluate_map(
-    race, cfg, ckpt, cycle, entry, *, races, trace, plot_dir, video, midpoint
-) -> dict:
-    """`races` greedy races on one map, with the trace, plot and GIF asked for; its row."""
-    from trackmind.agent.inference import greedy_q
-    from trackmind.game.rollout import GameInstanceManager
-    from trackmind.sim.reference import reference_time_ms
-    from trackmind.training.factory import build_network_from
-
-    stats = race.observation.term("float")
-    net = build_network_from(
-        cfg,
-        race.frame_shape if race.frame_shape[0] else None,
-        stats.size,
-        stats.mean,
-        stats.std,
-    )
-    try:
-        net.load_state_dict(ckpt["network"])
-    except RuntimeError as e:  # weights of another architecture than its config
-        first = str(e).splitlines()[1].strip() if "\n" in str(e) else str(e)
-        raise ValueError(f"checkpoint network does not match its config: {first}") from None
-    net.eval()
-    gen = torch.Generator().manual_seed(0)
-    k = int(cfg["network"].get("n_quantiles_inference", 32))
-
-    def policy(obs, greedy, net=net, gen=gen, k=k):
-        img = torch.from_numpy(obs["frame"]) if "frame" in obs else None
-        q = greedy_q(net, img, torch.from_numpy(obs["float"]), k, gen, midpoint).numpy()
-        return q.argmax(axis=1), q, np.ones(len(q), bool)
-
-    gim = GameInstanceManager(race, cycle)
-    ref = reference_time_ms(entry.track)
-    times, results = [], []
-    for _ in range(races):
-        r = gim.rollout(policy, entry, greedy=True)
-        results.append(r)
-        if r["finished"]:
-            times.append(r["race_time"])
-    if trace and results:
-        r = results[-1]
-        for t in range(0, len(r["actions"]), max(1, len(r["actions"]) // 40)):
-            q = r["q_values"][t]
-            print(
-                f"  t={t:4d} {r['meters_advanced_along_centerline'][t]:7.1f} m "
-                f"{ACTION_NAMES[r['actions'][t]]:>18s}  Q max {q.max():+.3f} "
-                f"spread {q.max() - q.min():.3f}"
-            )
-    best = min(times) if times else None
-    if plot_dir is not None:
-        from trackmind.tracking.plots import plot_trajectory
-
-        shown = min(results, key=lambda r: r["race_time"] or float("inf"))
-        safe = entry.name.replace(":", "_").replace("/", "_")
-        print(f"wrote {plot_trajectory(entry.track, shown, Path(plot_dir) / f'{safe}.png')}")
-        if video:
-            from trackmind.tracking.media import render_race_gif
-
-            print(f"wrote {render_race_gif(entry.track, shown, Path(plot_dir) / f'{safe}.gif')}")
-    progress = max(max(r["meters_advanced_along_centerline"]) for r in results)
-    return {
-        "map": entry.name,
-        "finish_rate": len(times) / races,
-        "best_s": best / 1000 if best else None,
-        "reference_s": ref / 1000,
-        "ratio": best / ref if best else None,
-        "progress": min(1.0, progress / entry.track.length_m),
-        "end": results[-1]["end"],
-    }
-
-
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = OneLineParser(description=__doc__)
     ap.add_argument("checkpoint")
     ap.add_argument(
         "--maps",
@@ -212,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="maps or conf/map options (default: the training map cycle)",
     )
-    ap.add_argument("--races", type=int, default=1)
+    ap.add_argument("--races", type=int_at_least(1), default=1)
     ap.add_argument("--trace", action="store_true", help="print actions and Q along a race")
     ap.add_argument("--plot-dir", default=None, help="write a trajectory plot + GIF per map here")
     ap.add_argument("--no-video", action="store_true", help="with --plot-dir: no GIF")
@@ -226,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         ckpt = load_checkpoint(args.checkpoint)
         if args.maps:
-            maps = map_entries(args.maps)
+            maps = map_entries(args.maps, MAP_CONF)
         else:  # the training cycle, with its challenge files and reference times
             maps = list(ckpt["config"]["map"]["cycle"])
         rows = evaluate(

@@ -12,16 +12,17 @@ import argparse
 import sys
 from pathlib import Path
 
+from trackmind.cli import OneLineParser, positive_float
 from trackmind.sim.mapio import import_csv
 from trackmind.sim.maps import circuit_line
 from trackmind.sim.track import MapError
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap = OneLineParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--length", type=float, default=4500.0, help="lap length, metres")
-    ap.add_argument("--width", type=float, default=9.0, help="half-width, metres")
+    ap.add_argument("--length", type=positive_float(), default=4500.0, help="lap length, metres")
+    ap.add_argument("--width", type=positive_float(), default=9.0, help="half-width, metres")
     ap.add_argument("--out", default="maps/circuit.csv")
     args = ap.parse_args(argv)
     line = circuit_line(args.seed, args.length)

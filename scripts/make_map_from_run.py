@@ -15,12 +15,13 @@ a ratio to it). Exit status 2 with one line on bad input; nothing is written the
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from pathlib import Path
 
 import numpy as np
+
+from trackmind.cli import OneLineParser
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -113,7 +114,7 @@ def make_map(
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = OneLineParser(description=__doc__.splitlines()[0])
     ap.add_argument("run", type=Path, help="recorded run (.npy or .csv of x, y, z)")
     ap.add_argument("--name", required=True, help="map name (conf/map/<name>.yaml)")
     ap.add_argument("--challenge", required=True, help="challenge file the game loads")

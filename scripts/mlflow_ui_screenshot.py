@@ -24,6 +24,8 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+from trackmind.cli import OneLineParser
+
 BROWSERS = ("chromium-headless-shell", "chromium", "chromium-browser", "google-chrome")
 
 
@@ -142,7 +144,7 @@ def _close_assistant(page) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap = OneLineParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--tracking-uri", default="sqlite:///outputs/mlflow.db")
     ap.add_argument("--experiment", default="trackmind")
     ap.add_argument("--runs", nargs=2, default=None, help="two run names or ids")
@@ -156,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from mlflow.tracking import MlflowClient
 
-    from trackmind.training.run import ML_VIEW
+    from trackmind.tracking.mlflow_run import ML_VIEW
 
     client = MlflowClient(tracking_uri=args.tracking_uri)
     exp = client.get_experiment_by_name(args.experiment)

@@ -9,10 +9,11 @@ reached at given wall-clock marks (10, 20, 30 minutes by default).
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 import matplotlib
+
+from trackmind.cli import OneLineParser, positive_float
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -27,12 +28,12 @@ def history(client: MlflowClient, run_id: str, key: str) -> list[tuple[float, fl
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = OneLineParser(description=__doc__)
     ap.add_argument("--tracking-uri", default="sqlite:///outputs/mlflow.db")
     ap.add_argument("--experiment", default="trackmind")
     ap.add_argument("--run-id", default=None)
     ap.add_argument("--out", default="docs/learning_curve.png")
-    ap.add_argument("--marks-min", type=float, nargs="+", default=[10, 20, 30])
+    ap.add_argument("--marks-min", type=positive_float(), nargs="+", default=[10, 20, 30])
     args = ap.parse_args(argv)
     client = MlflowClient(tracking_uri=args.tracking_uri)
     run_id = args.run_id

@@ -6,9 +6,9 @@ python scripts/plot_maps.py --maps procedural:1 mine.csv --out outputs/maps.png
 
 from __future__ import annotations
 
-import argparse
-
 import matplotlib
+
+from trackmind.cli import OneLineParser
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -19,7 +19,7 @@ from trackmind.sim.reference import reference_lap  # noqa: E402
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = OneLineParser(description=__doc__)
     ap.add_argument("--maps", nargs="+", default=builtin_names())
     ap.add_argument("--out", default="outputs/maps.png")
     args = ap.parse_args()

@@ -13,11 +13,12 @@ over. Exit status 2 with one line when no game answers or no run finishes in tim
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 import numpy as np
+
+from trackmind.cli import OneLineParser, positive_float
 
 
 def standin_player(map_spec: str):
@@ -30,11 +31,13 @@ def standin_player(map_spec: str):
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = OneLineParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", help="where to write the run (.npy)")
     ap.add_argument("--server", default="TMInterface0", help="TMInterface server name")
-    ap.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for a finish")
-    ap.add_argument("--connect-timeout", type=float, default=10.0)
+    ap.add_argument(
+        "--timeout", type=positive_float(), default=600.0, help="seconds to wait for a finish"
+    )
+    ap.add_argument("--connect-timeout", type=positive_float(), default=10.0)
     ap.add_argument("--standin", metavar="MAP", help="record a stand-in game on this sim map")
     args = ap.parse_args(argv)
 

@@ -15,7 +15,10 @@ reference time, lower is better) for sweepers.
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import logging
+import shutil
 import sys
 from pathlib import Path
 
@@ -43,6 +46,7 @@ def main(cfg: DictConfig) -> float:
         plan = plan_run(cfg)
     except (ConfigError, MapError) as e:
         print(f"config error: {e}", file=sys.stderr)
+        discard_empty_run_dir(hc)
         sys.exit(2)
     # the run name says what differs between runs; where results are stored does not
     named = [o for o in overrides if not o.lstrip("+~").startswith(("logger.", "hydra."))]
@@ -54,6 +58,7 @@ def main(cfg: DictConfig) -> float:
         return train(plan, hc.runtime.output_dir, run_name[:250], tags=tags, resume=resume)
     except ConfigError as e:  # found once the parts exist (e.g. a checkpoint's network shape)
         print(f"config error: {e}", file=sys.stderr)
+        discard_empty_run_dir(hc)
         sys.exit(2)
 
 
@@ -95,8 +100,94 @@ def unknown_group_option(argv: list[str], conf_dir: Path) -> str | None:
     return None
 
 
+def discard_empty_run_dir(hc) -> None:
+    """Remove the output dir Hydra made for a run refused before it started.
+
+    Hydra creates it (its .hydra/ copy of the config and the job's log) before main() runs;
+    a typo should not leave an empty run behind. A sweep's job dirs are the sweeper's.
+    """
+    if hc.mode is not None and hc.mode.name == "MULTIRUN":
+        return
+    out = Path(hc.runtime.output_dir)
+    if not out.is_dir() or any(p.name != ".hydra" and p.suffix != ".log" for p in out.iterdir()):
+        return
+    shutil.rmtree(out, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        out.parent.rmdir()  # the day's folder, if this was its only run
+
+
+def missing_extra(argv: list[str]) -> str | None:
+    """One line when an override needs an optional feature that is not installed."""
+    wants_optuna = any(
+        a.endswith(("hparams_search=optuna", "hydra/sweeper=trackmind_optuna")) for a in argv
+    )
+    if wants_optuna and importlib.util.find_spec("optuna") is None:
+        return (
+            "config error: hparams_search=optuna needs Optuna, an optional feature: "
+            "pip install 'trackmind[sweep]'"
+        )
+    return None
+
+
+def override_problem(argv: list[str], conf_dir: Path) -> str | None:
+    """One line for an override Hydra cannot apply (Hydra's own report is many lines).
+
+    Composes the config once with the command's overrides; a sweep (-m, hydra.mode=MULTIRUN)
+    or any other flag is left to Hydra, whose sweep syntax composes only job by job.
+    """
+    if any(a.startswith(("-", "hydra.mode=")) for a in argv):
+        return None
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    try:
+        with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
+            compose("train", overrides=argv)
+        return None
+    except Exception as e:  # Hydra's and OmegaConf's errors share no base class
+        text = f"{e}\n{e.__cause__ or ''}"  # Hydra puts the reason in the cause
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        first = lines[0] if lines else type(e).__name__
+        key = first.split("'")[1] if first.count("'") >= 2 else ""
+        if first.startswith("Could not override") and any("not in struct" in ln for ln in lines):
+            value = next((a.partition("=")[2] for a in argv if a.startswith(f"{key}=")), "...")
+            return (
+                f"config error: {key}: no such key in the config "
+                f"(a new key needs a leading +: +{key}={value})"
+            )
+        bad = unparsable_override(argv)
+        if bad is not None:
+            return f"config error: {bad}: not a valid override ({first})"
+        detail = [ln for ln in lines[1:] if not ln.startswith(("To append", "Set the env"))]
+        return f"config error: {first}" + (f" {detail[0]}" if detail else "")
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def unparsable_override(argv: list[str]) -> str | None:
+    """The first override Hydra's grammar cannot read, else None."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    for arg in argv:
+        try:
+            parser.parse_overrides([arg])
+        except Exception:
+            return arg
+    return None
+
+
+def precheck(argv: list[str], conf_dir: Path) -> str | None:
+    """The command line's problem in one line, before Hydra starts a run, else None."""
+    return (
+        unknown_group_option(argv, conf_dir)
+        or missing_extra(argv)
+        or override_problem(argv, conf_dir)
+    )
+
+
 if __name__ == "__main__":
-    problem = unknown_group_option(sys.argv[1:], Path(__file__).resolve().parents[1] / "conf")
+    problem = precheck(sys.argv[1:], Path(__file__).resolve().parents[1] / "conf")
     if problem:
         print(problem, file=sys.stderr)
         sys.exit(2)

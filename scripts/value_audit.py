@@ -15,41 +15,35 @@ too late. The sim is deterministic, so one rollout per alternative is exact.
 
 from __future__ import annotations
 
-import argparse
-import importlib.util
 import sys
-from pathlib import Path
 
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+from trackmind.cli import OneLineParser, float_in, int_at_least
+from trackmind.env.observations import FLOATS
+from trackmind.evaluation import load_checkpoint, loadable_cycle
+
 BRAKE = 6  # game/actions.py: brake
 
 
-def _evaluate_module():
-    spec = importlib.util.spec_from_file_location("evaluate", ROOT / "scripts" / "evaluate.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
-    return mod
-
-
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = OneLineParser(description=__doc__.split("\n")[0])
     ap.add_argument("checkpoint")
     ap.add_argument("--map", required=True, help="a map name, procedural:<seed> or a file")
-    ap.add_argument("--from-m", type=float, default=0.0)
-    ap.add_argument("--to-m", type=float, default=200.0)
-    ap.add_argument("--every", type=int, default=4, help="audit every N-th action")
-    ap.add_argument("--brake", type=int, nargs="+", default=[4, 8, 12, 16])
+    ap.add_argument("--from-m", type=float_in(0, 1e6), default=0.0)
+    ap.add_argument("--to-m", type=float_in(0, 1e6), default=200.0)
+    ap.add_argument("--every", type=int_at_least(1), default=4, help="audit every N-th action")
+    ap.add_argument("--brake", type=int_at_least(1), nargs="+", default=[4, 8, 12, 16])
     args = ap.parse_args(argv)
-    ev = _evaluate_module()
+    if args.from_m >= args.to_m:
+        ap.error(f"--from-m ({args.from_m:g}) must be below --to-m ({args.to_m:g})")
     try:
-        ckpt = ev.load_checkpoint(args.checkpoint)
+        ckpt = load_checkpoint(args.checkpoint)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    cycle, failed = ev.loadable_cycle([args.map])
+    cycle, failed = loadable_cycle([args.map])
     if failed:
         print(f"error: map {failed[0][0]}: {failed[0][1]}", file=sys.stderr)
         return 2
@@ -61,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = resolve_frame_shape(ckpt["config"])
     entry = cycle.entries[0]
     race = make_race(cfg["env"], cfg["reward"], n_cars=1, maps=entry.track)
-    stats = race.observation.term("float")
+    stats = race.observation.term(FLOATS)
     net = build_network_from(
         cfg, race.frame_shape if race.frame_shape[0] else None, stats.size, stats.mean, stats.std
     )
@@ -72,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def q_of(obs) -> np.ndarray:
         img = torch.from_numpy(obs["frame"]) if "frame" in obs else None
-        return greedy_q(net, img, torch.from_numpy(obs["float"]), k, None, True).numpy()[0]
+        return greedy_q(net, img, torch.from_numpy(obs[FLOATS]), k, None, True).numpy()[0]
 
     def mini_race_return(state, plan: list[int]) -> tuple[float, float]:
         obs, _ = race.restore([0], [state])

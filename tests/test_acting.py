@@ -18,13 +18,13 @@ from trackmind.agent.acting import BatchedPolicy, FrozenGreedy
 from trackmind.agent.exploration import build_exploration
 from trackmind.agent.inference import greedy_q, make_inference_network
 from trackmind.agent.network import midpoint_taus
-from trackmind.game.rollout import GameInstanceManager
+from trackmind.env.observations import FLOATS
+from trackmind.env.rollout import GameInstanceManager
+from trackmind.evaluation import evaluate
 from trackmind.training.factory import build_collector_parts, plan_run
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
-
-from evaluate import evaluate  # noqa: E402
 
 
 def _cfg(*overrides: str) -> dict:
@@ -53,7 +53,7 @@ def test_midpoint_q_is_the_mean_over_midpoint_quantiles():
     cfg = _cfg()
     race, _, net = build_collector_parts(cfg, n_cars=3)
     obs, _ = race.reset()
-    floats = torch.from_numpy(obs["float"])
+    floats = torch.from_numpy(obs[FLOATS])
     q1 = greedy_q(net, None, floats, 8, midpoint=True)
     q2 = greedy_q(net, None, floats, 8, midpoint=True)
     assert torch.equal(q1, q2)  # the same every call: no random taus
@@ -67,7 +67,7 @@ def test_frozen_greedy_binds_releases_and_reuses_copies():
     cfg = _cfg()
     race, _, net = build_collector_parts(cfg, n_cars=3)
     obs, _ = race.reset()
-    floats = torch.from_numpy(obs["float"])
+    floats = torch.from_numpy(obs[FLOATS])
     w1, w2 = _weights(net, 1), _weights(net, 2)
     live = make_inference_network(net, "none")
     live.load_state_dict(w1)
@@ -139,7 +139,7 @@ def test_greedy_races_repeat_exactly_with_their_recorded_version():
 
         def frozen_policy(obs, greedy, v=r["weights_version"]):
             one_net.load_state_dict(versions[v])
-            q = greedy_q(one_net, None, torch.from_numpy(obs["float"]), k, midpoint=True)
+            q = greedy_q(one_net, None, torch.from_numpy(obs[FLOATS]), k, midpoint=True)
             q = q.numpy()
             return q.argmax(axis=1), q, np.ones(1, bool)
 

@@ -20,8 +20,10 @@ from trackmind.env.build import (
     default_reward_config,
     float_dim_of,
     make_race,
+    renamed_float_group,
 )
 from trackmind.env.gym_env import RaceEnv, RaceVectorEnv
+from trackmind.env.observations import FLOATS
 from trackmind.env.reward_terms import zone_distance_potential
 from trackmind.env.rewards import RewardNormalizer, build_reward_manager
 from trackmind.env.spaces import SpaceTransformer
@@ -96,8 +98,8 @@ def test_box_space_config_gives_flat_observations():
 def test_float_features_match_the_network_layout():
     race = _race(n_cars=1)
     obs, _ = race.reset()
-    assert float_dim_of(race.observation) == 184 == obs["float"].shape[1]
-    layout = race.observation.term("float").layout()
+    assert float_dim_of(race.observation) == 184 == obs[FLOATS].shape[1]
+    layout = race.observation.term(FLOATS).layout()
     assert layout["mini_race_clock"] == slice(0, 1)
     assert layout["previous_actions"] == slice(1, 21)
     assert layout["zone_centers"] == slice(62, 182)
@@ -105,7 +107,7 @@ def test_float_features_match_the_network_layout():
     mean, std = race.observation.float_stats()
     assert mean.shape == std.shape == (184,) and np.all(std > 0)
     obs, *_ = race.step(np.array([1]))  # accel + left
-    f = obs["float"][0]
+    f = obs[FLOATS][0]
     assert f[0] == 0.0  # the clock slot is 0 when acting
     np.testing.assert_array_equal(f[1:5], [1, 0, 1, 0])  # last action's keys
     np.testing.assert_array_equal(f[5:21], 0)  # no earlier actions yet
@@ -320,9 +322,9 @@ def test_yaml_presets_equal_the_python_defaults():
         (
             "obs",
             {"zone_centers": {"params": {"n": 0}}},
-            "env.observation.terms.float.group.zone_centers.params",
+            "env.observation.terms.floats.group.zone_centers.params",
         ),
-        ("obs", {"no_such_feature": {}}, "env.observation.terms.float.group.no_such_feature"),
+        ("obs", {"no_such_feature": {}}, "env.observation.terms.floats.group.no_such_feature"),
         ("term", {"stuck": {"params": {"window_ms": -5}}}, "env.termination.terms.stuck.params"),
         (
             "term",
@@ -337,7 +339,7 @@ def test_bad_config_names_the_key(where, value, key):
     if where == "reward":
         reward.update(value)
     elif where == "obs":
-        env["observation"]["terms"]["float"]["group"].update(value)
+        env["observation"]["terms"]["floats"]["group"].update(value)
     elif where == "term":
         env["termination"]["terms"].update(value)
     else:
@@ -368,3 +370,19 @@ def test_speed_potential_pays_the_speed_gained():
     # Phi = 0.05 * forward speed: car 0 0 -> 0.2, car 1 0.5 -> 0.4; weight 2
     np.testing.assert_allclose(total, [2 * 0.2, 2 * -0.1])
     np.testing.assert_allclose(mgr.potentials()["speed_potential"], [0.4, 0.8])
+
+
+def test_configs_saved_with_the_old_float_key_still_build():
+    """Checkpoints before the rename keyed the float inputs `float` (an nn.Module attribute,
+    which SB3 cannot take); a resume merges them, with this command's `floats` overrides."""
+    old = default_env_config()
+    terms = old["observation"]["terms"]
+    terms["float"] = terms.pop(FLOATS)
+    override = {"group": {"zone_centers": {"params": {"n": 20}}}}
+    renamed = renamed_float_group({**old["observation"], "terms": {**terms, FLOATS: override}})
+    assert "float" not in renamed["terms"]
+    group = renamed["terms"][FLOATS]["group"]
+    assert group["zone_centers"] == {"params": {"n": 20}}
+    assert group["previous_actions"] == {"params": {"n": 5}}  # kept from the saved config
+    obs, _, _ = build_managers(old, default_reward_config())
+    assert float_dim_of(obs) == 184

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from trackmind.training.run import ML_VIEW
+from trackmind.tracking.mlflow_run import ML_VIEW
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -154,7 +154,7 @@ def test_concurrent_jobs_find_or_create_one_tagged_experiment(store, server, pre
     made elsewhere without the tag, the jobs race to add it and none fails."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from trackmind.training.run import ensure_experiment
+    from trackmind.tracking.mlflow_run import ensure_experiment
 
     name = f"race-{pre_existing}"
     client = store[2]

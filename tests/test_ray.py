@@ -86,10 +86,10 @@ def test_episode_summary_values():
 
 def test_fleet_frames_and_batched_observations():
     assert fleet_frames(1_000, 50, 4) == 1_200  # 4 workers assumed as fast as this one
-    a = {"frame": np.zeros((2, 1, 3, 4), np.uint8), "float": np.ones((2, 5), np.float32)}
-    b = {"frame": np.ones((3, 1, 3, 4), np.uint8), "float": np.zeros((3, 5), np.float32)}
+    a = {"frame": np.zeros((2, 1, 3, 4), np.uint8), "floats": np.ones((2, 5), np.float32)}
+    b = {"frame": np.ones((3, 1, 3, 4), np.uint8), "floats": np.zeros((3, 5), np.float32)}
     both = concat_obs([a, b])
-    assert both["frame"].shape == (5, 1, 3, 4) and both["float"][:2].sum() == 10
+    assert both["frame"].shape == (5, 1, 3, 4) and both["floats"][:2].sum() == 10
     assert both["frame"][2:].all() and concat_obs([a]) is a
 
 
@@ -112,7 +112,9 @@ def _fragment(t: int = 3, **overrides) -> SampleFragment:
 def test_fragment_checks_name_what_is_wrong():
     assert check_fragment(_fragment(), {"starter"}) is None
     assert "unknown map" in check_fragment(_fragment(map="elsewhere"), {"starter"})
-    assert "state_float has 3 entries" in check_fragment(_fragment(state_float=np.zeros((3, 4))))
+    assert "['state_float'] has 3 entries" in check_fragment(
+        _fragment(state_float=np.zeros((3, 4)))
+    )
     assert "lacks potentials" in check_fragment(_no_potentials())
     assert "not a SampleFragment" in check_fragment({"actions": []})
 

@@ -17,9 +17,9 @@ import pytest
 import yaml
 
 from trackmind.env.build import default_env_config, make_race
+from trackmind.env.map_cycle import MapCycle
+from trackmind.env.rollout import GameInstanceManager
 from trackmind.errors import ConfigError
-from trackmind.game.map_cycle import MapCycle
-from trackmind.game.rollout import GameInstanceManager
 from trackmind.sim.driver import PurePursuitDriver
 from trackmind.sim.game import SimGame
 from trackmind.tmi.config import RealTimeConfig, realtime_config

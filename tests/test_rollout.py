@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from trackmind.env.build import default_env_config, make_race
+from trackmind.env.map_cycle import MapCycle
+from trackmind.env.rollout import GameInstanceManager
 from trackmind.errors import ConfigError
-from trackmind.game.map_cycle import MapCycle
-from trackmind.game.rollout import GameInstanceManager
 from trackmind.sim.driver import PurePursuitDriver
 
 PER_ACTION = ["actions", "action_was_greedy", "q_values", "rewards", "input_w"]

@@ -80,3 +80,24 @@ def test_bench_learning_rows_by_hand():
     assert line.startswith("| hairpins | 30 min | 2.5 min | 75% of 4 | 1.150 | 1.100 | 6 | no |")
     tuned = bench.table([{**row, "overrides": "buffer.lost_ends=[stuck]"}]).splitlines()[2]
     assert tuned.startswith("| hairpins `buffer.lost_ends=[stuck]` | 30 min |")
+
+
+def test_min_deps_pins_each_lower_bound():
+    pins = load_script("min_deps").minimum_pins(
+        [
+            "torch>=2.4",
+            "mlflow>=3.0",
+            "ray>=2.40,<3",
+            "tensordict >= 0.14",
+            "pywin32>=306; sys_platform == 'win32'",
+            "stable-baselines3[extra]>=2.6",
+            "tminterface",
+        ]
+    )
+    assert pins == [
+        "mlflow==3.0",
+        "ray==2.40",
+        "tensordict==0.14",
+        "pywin32==306; sys_platform == 'win32'",
+        "stable-baselines3==2.6",
+    ]

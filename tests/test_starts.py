@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
 
+from trackmind.env.rollout import GameInstanceManager
 from trackmind.errors import ConfigError
-from trackmind.game.rollout import GameInstanceManager
 from trackmind.game.starts import StartBank, StartsConfig, start_point_weights
 from trackmind.training.factory import build_collector_parts, plan_run
 from trackmind.training.race_stats import RaceStats

@@ -23,9 +23,9 @@ import yaml
 from tminterface.structs import CheckpointData, CheckpointTime, SimStateData
 
 from trackmind.env.build import make_race
+from trackmind.env.map_cycle import MapCycle
+from trackmind.env.rollout import GameInstanceManager
 from trackmind.errors import ConfigError
-from trackmind.game.map_cycle import MapCycle
-from trackmind.game.rollout import GameInstanceManager
 from trackmind.sim.driver import PurePursuitDriver
 from trackmind.sim.game import SimGame
 from trackmind.sim.mapio import load_map

@@ -19,6 +19,7 @@ import torch
 
 from trackmind.agent.exploration import ActionHold, Exploration, select_actions
 from trackmind.agent.inference import InferenceNetwork, greedy_q, make_inference_network
+from trackmind.env.observations import FLOATS
 
 
 def cars_q(
@@ -100,7 +101,7 @@ class BatchedPolicy:
         """(actions, q_values, was_greedy); `version` is the live weights' version."""
         self.frozen.update(greedy, started, version)
         img = torch.from_numpy(obs["frame"]) if "frame" in obs else None
-        floats = torch.from_numpy(obs["float"])
+        floats = torch.from_numpy(obs[FLOATS])
         q = np.empty((len(greedy), self.live.net.n_actions), np.float32)
         explore = np.flatnonzero(~greedy)
         if len(explore):

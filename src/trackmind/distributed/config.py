@@ -8,21 +8,16 @@ of Ray's minutes of retries.
 
 from __future__ import annotations
 
+import importlib.util
 import socket
 from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import MISSING
 
 from trackmind.errors import ConfigError, require
-
-# keys collector=ray adds to the local backend's
-RAY_EXTRA_KEYS = {
-    "envs_per_worker",
-    "max_staleness",
-    "address",
-    "connect_timeout_s",
-    "num_cpus",
-    "cpus_per_worker",
-    "object_store_mb",
-}
+from trackmind.training.schema import CollectorConfig, int_at_least
 
 
 def parse_address(address: object, key: str = "collector.address") -> tuple[str, str, int]:
@@ -67,38 +62,54 @@ def probe(host: str, port: int, timeout_s: float) -> str | None:
         return e.strerror or type(e).__name__
 
 
-def _int_at_least(col: Mapping, name: str, low: int) -> int:
-    v = col.get(name)
-    ok = isinstance(v, int) and not isinstance(v, bool) and v >= low
-    require(ok, f"collector.{name}", f"must be an integer >= {low}, got {v!r}")
-    return int(v)
+@dataclass
+class RayCollectorConfig(CollectorConfig):
+    """collector=ray (conf/collector/ray.yaml): the local backend's keys and the fleet's."""
+
+    envs_per_worker: int = MISSING
+    max_staleness: int = MISSING
+    address: Any = None  # null (start Ray here), auto, or a cluster's host:port
+    connect_timeout_s: float = MISSING
+    num_cpus: Any = None  # null or an integer
+    cpus_per_worker: int = MISSING
+    object_store_mb: int = MISSING
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        int_at_least(self.envs_per_worker, 1, "collector.envs_per_worker")
+        int_at_least(self.max_staleness, 0, "collector.max_staleness")
+        int_at_least(self.cpus_per_worker, 1, "collector.cpus_per_worker")
+        int_at_least(self.object_store_mb, 100, "collector.object_store_mb")
+        timeout = self.connect_timeout_s
+        require(
+            timeout > 0, "collector.connect_timeout_s", f"must be a number > 0, got {timeout!r}"
+        )
+        kind, _, _ = parse_address(self.address)
+        if self.num_cpus is not None:
+            n = self.num_cpus
+            ok = isinstance(n, int) and not isinstance(n, bool) and n >= 1
+            require(ok, "collector.num_cpus", f"must be an integer >= 1 or null, got {n!r}")
+            require(kind == "local", "collector.num_cpus", "only for a local start (address: null)")
+            need = self.processes * self.cpus_per_worker
+            require(
+                n >= need,
+                "collector.num_cpus",
+                f"{n} CPUs cannot hold {self.processes} workers of "
+                f"{self.cpus_per_worker} CPU(s) each",
+            )
 
 
 def validate_ray_collector(col: Mapping) -> None:
-    """Check the collector=ray keys (the shared ones are checked by plan_run)."""
-    _int_at_least(col, "envs_per_worker", 1)
-    _int_at_least(col, "max_staleness", 0)
-    cpus = _int_at_least(col, "cpus_per_worker", 1)
-    _int_at_least(col, "object_store_mb", 100)
-    timeout = col.get("connect_timeout_s")
+    """What the machine must offer collector=ray (the keys are RayCollectorConfig's): Ray
+    installed, and a cluster that answers at the address."""
     require(
-        isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > 0,
-        "collector.connect_timeout_s",
-        f"must be a number > 0, got {timeout!r}",
+        importlib.util.find_spec("ray") is not None,
+        "collector",
+        "collector=ray needs Ray, an optional feature: pip install 'trackmind[ray]'",
     )
     kind, host, port = parse_address(col.get("address"))
-    num_cpus = col.get("num_cpus")
-    if num_cpus is not None:
-        require(kind == "local", "collector.num_cpus", "only for a local start (address: null)")
-        need = int(col["processes"]) * cpus
-        low = _int_at_least(col, "num_cpus", 1)
-        require(
-            low >= need,
-            "collector.num_cpus",
-            f"{low} CPUs cannot hold {col['processes']} workers of {cpus} CPU(s) each",
-        )
     if kind == "node":
-        why = probe(host, port, float(timeout))
+        why = probe(host, port, float(col["connect_timeout_s"]))
         if why is not None:
             raise ConfigError(
                 "collector.address",

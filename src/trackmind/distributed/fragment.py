@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
+from trackmind.env.rollout_results import check_lengths
+
 # what the learner needs of a rollout, and the per-step arrays whose lengths must agree
 REQUIRED = ("actions", "rewards", "state_float", "map", "finished", "race_time", "potentials")
-PER_ACTION = ("actions", "rewards", "action_was_greedy", "q_values", "input_w")
-PER_STATE = ("state_float", "frames", "meters_advanced_along_centerline", "current_zone_idx")
 
 
 def is_stale(learner_version: int, policy_version: int, max_staleness: int) -> bool:
@@ -73,10 +73,10 @@ def check_fragment(frag: Any, known_maps: set[str] | None = None) -> str | None:
     t = frag.n_steps
     if t < 1:
         return f"{t} steps"
-    for k in PER_ACTION:
-        if k in r and len(r[k]) != t:
-            return f"{k} has {len(r[k])} entries for {t} actions"
-    for k in PER_STATE:  # frames are absent (empty) without an image observation
-        if k in r and len(r[k]) and len(r[k]) != t + 1:
-            return f"{k} has {len(r[k])} entries for {t + 1} states"
+    try:
+        actions = check_lengths(r)  # per-step keys: T actions, T + 1 states
+    except ValueError as e:
+        return str(e)
+    if actions != t:
+        return f"{actions} actions for a fragment of {t} steps"
     return None

@@ -76,7 +76,7 @@ class RayCollectorPool:
     def start(self) -> None:
         if self._started:
             return
-        from trackmind.game.map_cycle import MapCycle
+        from trackmind.env.map_cycle import MapCycle
 
         maps = {e.name for e in MapCycle.from_config(self.cfg["map"]["cycle"]).entries}
         size = int(self.ccfg["queue_size"]) * self.n

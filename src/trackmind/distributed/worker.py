@@ -21,9 +21,9 @@ import numpy as np
 import torch
 
 from trackmind.distributed.fragment import SampleFragment
+from trackmind.env.rollout import GameInstanceManager
+from trackmind.env.rollout_results import pack_rollout
 from trackmind.game.monitor import PipelineMonitor
-from trackmind.game.rollout import GameInstanceManager
-from trackmind.training.collector import pack_rollout
 
 # weights(held_version) -> (version, state_dict of arrays, frames) when newer, else None
 WeightsSource = Callable[[int], tuple[int, Mapping[str, Any], int] | None]

@@ -15,9 +15,8 @@ from typing import Any
 
 import trackmind.env.obs_terms  # noqa: F401  (registers the observation terms)
 import trackmind.env.reward_terms  # noqa: F401  (registers the reward terms)
-import trackmind.tmi.terms  # noqa: F401  (registers the game_lost termination term)
 from trackmind.env.manager import as_dict
-from trackmind.env.observations import ObservationManager, build_observation_manager
+from trackmind.env.observations import FLOATS, ObservationManager, build_observation_manager
 from trackmind.env.race import VecRace
 from trackmind.env.rewards import RewardManager, build_reward_manager
 from trackmind.env.terminations import TerminationManager, build_termination_manager
@@ -42,7 +41,7 @@ DEFAULT_ENV: dict = {
     "zone_spacing_m": 10.0,
     "vehicle": {},
     "camera": {},
-    "observation": {"space": "dict", "terms": {"frame": {}, "float": {"group": _FLOAT_GROUP}}},
+    "observation": {"space": "dict", "terms": {"frame": {}, FLOATS: {"group": _FLOAT_GROUP}}},
     "termination": {
         "terms": {
             "finish": {},
@@ -106,14 +105,34 @@ def build_managers(
     """The three managers from config (validated, not yet bound to a game)."""
     cfg = as_dict(env_cfg, env_key)
     check_known_keys(cfg, ENV_KEYS, env_key)
-    obs = build_observation_manager(cfg.get("observation"), f"{env_key}.observation")
+    obs_cfg = renamed_float_group(as_dict(cfg.get("observation"), f"{env_key}.observation"))
+    obs = build_observation_manager(obs_cfg, f"{env_key}.observation")
     rew = build_reward_manager(reward_cfg, reward_key)
     term = build_termination_manager(cfg.get("termination"), f"{env_key}.termination")
     return obs, rew, term
 
 
-def float_dim_of(obs: ObservationManager, key: str = "float") -> int:
-    """Length of the float vector the network reads (the `float` group), 0 without one."""
+def renamed_float_group(obs_cfg: dict) -> dict:
+    """Configs saved before the float inputs were keyed `floats` (checkpoints to resume)."""
+    terms = obs_cfg.get("terms")
+    if not isinstance(terms, Mapping) or "float" not in terms:
+        return obs_cfg
+    renamed = {k: v for k, v in terms.items() if k != "float"}
+    renamed[FLOATS] = _merged(terms["float"], terms.get(FLOATS))  # `floats` overrides win
+    return {**obs_cfg, "terms": renamed}
+
+
+def _merged(base: Any, over: Any) -> Any:
+    if not isinstance(base, Mapping) or not isinstance(over, Mapping):
+        return base if over is None else over
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merged(base.get(k), v)
+    return out
+
+
+def float_dim_of(obs: ObservationManager, key: str = FLOATS) -> int:
+    """Length of the float vector the network reads (the `floats` group), 0 without one."""
     try:
         return int(obs.term(key).size)
     except KeyError:

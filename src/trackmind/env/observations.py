@@ -18,6 +18,10 @@ from trackmind.env.manager import Manager, ManagerTerm, as_dict, build_term
 from trackmind.env.spaces import SpaceTransformer
 from trackmind.errors import ConfigError, check_known_keys
 
+# The observation key of the network's float inputs. Not `float`: that is an attribute of
+# torch.nn.Module, and SB3's MultiInputPolicy keys an nn.ModuleDict by observation keys.
+FLOATS = "floats"
+
 
 class ObservationTerm(ManagerTerm):
     """A piece of the observation: `_get_obs` computes it, `_normalize` optionally rescales."""
@@ -168,7 +172,7 @@ class ObservationManager(Manager):
             return self.transformer.dict_to_numpy_vectorized(obs), info
         return obs, info
 
-    def float_stats(self, key: str = "float") -> tuple[np.ndarray, np.ndarray]:
+    def float_stats(self, key: str = FLOATS) -> tuple[np.ndarray, np.ndarray]:
         """(mean, std) of a vector-like term, for the network's internal normalisation."""
         t = self.term(key)
         if not isinstance(t, VectorlikeTerm):

@@ -140,3 +140,21 @@ def build_termination_manager(cfg: Mapping | Any, key: str = "env.termination"):
         )
         terms.append(term)
     return TerminationManager(terms)
+
+
+@register_term("termination", "game_lost")
+class GameLost(TerminationTerm):
+    """The game lost the race (hung, closed, restarted, or released mid-race).
+
+    A real game that hung or closed is restarted by its backend, and the race in progress is
+    returned flagged `lost` (trackmind.tmi.observation). This term turns the flag into a cut
+    (truncated: the agent did nothing wrong). Games without the flag never fire it.
+    """
+
+    default_outcome = "truncated"
+
+    def _get_term(self) -> np.ndarray:
+        lost = getattr(self.env.raw, "lost", None)
+        if lost is None:
+            return np.zeros(self.env.n_cars, bool)
+        return np.asarray(lost, bool)

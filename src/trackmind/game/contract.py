@@ -11,11 +11,12 @@ Conventions: ground plane (x, y), height z, yaw counter-clockwise from +x; car f
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from trackmind.sim.track import Track
+if TYPE_CHECKING:  # the contract is the bottom layer: backends (sim, tmi) import it
+    from trackmind.sim.track import Track
 
 
 @dataclass

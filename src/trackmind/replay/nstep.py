@@ -34,6 +34,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from trackmind.env.rollout_results import check_lengths
 from trackmind.replay.experience import Experience
 from trackmind.replay.split import chunk_test_mask, runs
 
@@ -111,21 +112,6 @@ def combine_potentials(
     return total.astype(np.float32)
 
 
-def _check_rollout(rollout_results: Mapping[str, Any]) -> int:
-    """Number of actions T, after checking the per-step lists agree with it."""
-    t_count = len(rollout_results["actions"])
-    checks = [("state_float", t_count + 1), ("rewards", t_count), ("action_was_greedy", t_count)]
-    if len(rollout_results.get("frames", ())):  # races of float-only networks have no frames
-        checks.append(("frames", t_count + 1))
-    for key, expected in checks:
-        if len(rollout_results[key]) != expected:
-            raise ValueError(
-                f"rollout_results[{key!r}] has {len(rollout_results[key])} entries, expected "
-                f"{expected} for a race of {t_count} actions"
-            )
-    return t_count
-
-
 def experience_from_rollout(
     rollout_results: Mapping[str, Any],
     n_steps: int,
@@ -138,7 +124,7 @@ def experience_from_rollout(
     """All transitions of one race under the n-step rule (frames kept once, by state)."""
     if n_steps < 1:
         raise ValueError(f"n_steps must be >= 1, got {n_steps}")
-    t_count = _check_rollout(rollout_results)
+    t_count = check_lengths(rollout_results)
     lengths = n_step_lengths(rollout_results["action_was_greedy"], n_steps, cut_at_non_greedy)
     rewards, gammas = n_step_returns(rollout_results["rewards"], lengths, n_steps, gamma)
     frames = rollout_results.get("frames", ())

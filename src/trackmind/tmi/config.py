@@ -196,7 +196,8 @@ def _check_capture(tmi: TMInterfaceConfig) -> None:
             package = "pywin32" if module == "win32gui" else module
             raise ConfigError(
                 f"{KEY}.capture.method",
-                f"{method} capture needs the optional package {package} (pip install {package})"
+                f"{method} capture needs the optional package {package}"
+                " (pip install 'trackmind[capture]')"
                 + (
                     "; window capture works on Windows only, elsewhere use region"
                     if method == "window"

@@ -49,9 +49,17 @@ class CollectorCallback(L.Callback):
 class RaceMetricsCallback(L.Callback):
     """Logs race times/ratios per map, throughput and pipeline timings at a steady pace."""
 
-    def __init__(self, dm: ReplayDataModule, log_every_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        dm: ReplayDataModule,
+        log_every_s: float = 10.0,
+        pool: CollectorPool | None = None,
+        epsilon: Callable[[], float] | None = None,
+    ) -> None:
         self.dm = dm
         self.log_every_s = float(log_every_s)
+        self.pool = pool  # collector figures: alive, restarts, the backend's own metrics
+        self.epsilon = epsilon  # the exploration epsilon now
         self._last = time.monotonic()
         self._samples_at_last = 0
         self._wait_at_last = 0.0
@@ -76,42 +84,19 @@ class RaceMetricsCallback(L.Callback):
         m["buffer/size"] = float(len(dm.buffers))
         m["buffer/transitions_added"] = float(dm.transitions_added)
         m["frames"] = float(dm.shared.frames.value)
-        m["collector/alive"] = float(dm_pool_alive(trainer))
-        m["collector/restarts"] = float(dm_pool_restarts(trainer))
-        m.update(dm_pool_metrics(trainer))  # e.g. collector=ray: stale races, episodes
+        if self.pool is not None:
+            m["collector/alive"] = float(self.pool.alive())
+            m["collector/restarts"] = float(self.pool.restarts)
+            m.update(self.pool.metrics())  # e.g. collector=ray: stale races, episodes
         m["weights/version"] = float(dm.shared.weights_version.value)
-        eps = getattr(pl_module, "epsilon_now", None)
-        if eps is not None:
-            m["train/epsilon"] = float(eps())
+        if self.epsilon is not None:
+            m["train/epsilon"] = float(self.epsilon())
         self._last, self._samples_at_last, self._wait_at_last = now, dm.samples_served, dm.wait_s
         self._sample_at_last = dm.sample_s
         self.last_metrics = m
         if trainer.logger is not None:
             trainer.logger.log_metrics(m, step=trainer.global_step)
         return m
-
-
-def _collector_callback(trainer) -> CollectorCallback | None:
-    for cb in trainer.callbacks:
-        if isinstance(cb, CollectorCallback):
-            return cb
-    return None
-
-
-def dm_pool_alive(trainer) -> int:
-    cb = _collector_callback(trainer)
-    return cb.pool.alive() if cb else 0
-
-
-def dm_pool_restarts(trainer) -> int:
-    cb = _collector_callback(trainer)
-    return cb.pool.restarts if cb else 0
-
-
-def dm_pool_metrics(trainer) -> dict[str, float]:
-    cb = _collector_callback(trainer)
-    metrics = getattr(cb.pool, "metrics", None) if cb else None
-    return metrics() if metrics is not None else {}
 
 
 class TrialPruning(L.Callback):

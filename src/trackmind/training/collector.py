@@ -20,25 +20,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from trackmind.env.rollout_results import pack_rollout
 from trackmind.queueing import put_until_stopped
 from trackmind.training.shared import CollectorLink, pull_weights, write_spool
-
-STACKED = ("frames", "state_float", "q_values", "car_gear_and_wheels", "positions")
-
-
-def pack_rollout(r: dict) -> dict:
-    """Stack the per-step lists into arrays: one pickled buffer each on the queue."""
-    out = dict(r)
-    for k in STACKED:
-        if r.get(k):
-            out[k] = np.stack(r[k])
-    for k in ("actions", "current_zone_idx"):
-        out[k] = np.asarray(r[k], np.int64)
-    for k in ("rewards", "meters_advanced_along_centerline", "input_w", "speeds"):
-        out[k] = np.asarray(r[k], np.float64)
-    out["action_was_greedy"] = np.asarray(r["action_was_greedy"], bool)
-    out["potentials"] = {k: np.asarray(v, np.float64) for k, v in r["potentials"].items()}
-    return out
 
 
 def _put(shared: CollectorLink, msg: dict) -> bool:
@@ -61,7 +45,7 @@ def _run(cfg: dict, idx: int, shared: CollectorLink, seed: int, parent: int) -> 
     from trackmind.agent.acting import BatchedPolicy
     from trackmind.agent.exploration import build_exploration
     from trackmind.agent.inference import make_inference_network
-    from trackmind.game.rollout import GameInstanceManager
+    from trackmind.env.rollout import GameInstanceManager
     from trackmind.game.starts import make_start_bank
     from trackmind.training.factory import build_collector_parts
 

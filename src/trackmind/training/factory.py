@@ -15,9 +15,16 @@ from typing import Any
 import numpy as np
 
 from trackmind.env.build import build_managers, float_dim_of, frame_shape_of, make_race
+from trackmind.env.map_cycle import MapCycle
+from trackmind.env.observations import FLOATS
 from trackmind.errors import check_known_keys, require
-from trackmind.game.map_cycle import MapCycle
-from trackmind.training.schema import CheckpointConfig, LoggerConfig, TrainerConfig, check_schema
+from trackmind.training.schema import (
+    CheckpointConfig,
+    CollectorConfig,
+    LoggerConfig,
+    TrainerConfig,
+    check_schema,
+)
 
 TOP_KEYS = {
     "map",
@@ -39,15 +46,6 @@ TOP_KEYS = {
     "experiment",
     "checkpoint",
     "hydra",
-}
-COLLECTOR_KEYS = {
-    "backend",
-    "processes",
-    "cars_per_process",
-    "refresh_every_actions",
-    "queue_size",
-    "torch_threads",
-    "max_restarts",
 }
 
 
@@ -74,16 +72,6 @@ def resolve_frame_shape(cfg: dict) -> dict:
     return cfg
 
 
-def _int_at_least(cfg: Mapping, name: str, key: str, low: int) -> int:
-    v = cfg.get(name)
-    require(
-        isinstance(v, int) and not isinstance(v, bool) and v >= low,
-        f"{key}.{name}",
-        f"must be an integer >= {low}, got {v!r}",
-    )
-    return int(v)
-
-
 @dataclass
 class RunPlan:
     """Everything the learner needs to know before it starts processes."""
@@ -104,7 +92,7 @@ def plan_run(cfg: Any) -> RunPlan:
     from trackmind.agent.network_config import network_config
     from trackmind.game.starts import StartsConfig
     from trackmind.replay.config import BufferConfig
-    from trackmind.training.module import validate_learner
+    from trackmind.training.module import learner_config
 
     cfg = resolve_frame_shape(to_plain(cfg))
     check_known_keys(cfg, TOP_KEYS, "config")
@@ -121,35 +109,24 @@ def plan_run(cfg: Any) -> RunPlan:
     obs, rew, _ = build_managers(env, cfg["reward"])
     frame_shape = frame_shape_of(env)
     float_dim = float_dim_of(obs)
-    require(float_dim > 0, "env.observation.terms", "a `float` group is needed by the IQN network")
+    require(float_dim > 0, "env.observation.terms", "a `floats` group is needed by the IQN network")
     network_config(cfg["network"], float_dim, frame_shape)
     build_exploration(cfg["exploration"])
     StartsConfig.from_config(cfg["exploration"].get("starts"))
     bcfg = BufferConfig.from_dict(cfg["buffer"])
     ms_per_action = int(env.get("tick_ms", 10)) * int(env.get("ticks_per_action", 5))
     bcfg.horizon_actions(ms_per_action)
-    validate_learner(cfg["learner"])
-    col = cfg["collector"]
-    from trackmind.distributed.config import RAY_EXTRA_KEYS, validate_ray_collector
+    cfg["learner"] = asdict(learner_config(cfg["learner"]))
+    from trackmind.distributed.config import RayCollectorConfig, validate_ray_collector
 
-    backends = {"local": COLLECTOR_KEYS, "ray": COLLECTOR_KEYS | RAY_EXTRA_KEYS}
+    schemas = {"local": CollectorConfig, "ray": RayCollectorConfig}
+    backend = cfg["collector"].get("backend")
     require(
-        col.get("backend") in backends,
-        "collector.backend",
-        f"unknown backend {col.get('backend')!r} (known: local, ray)",
+        backend in schemas, "collector.backend", f"unknown backend {backend!r} (known: local, ray)"
     )
-    check_known_keys(col, backends[col["backend"]], "collector")
-    for name in (
-        "processes",
-        "cars_per_process",
-        "refresh_every_actions",
-        "queue_size",
-        "torch_threads",
-    ):
-        _int_at_least(col, name, "collector", 1)
-    _int_at_least(col, "max_restarts", "collector", 0)
-    if col["backend"] == "ray":
-        validate_ray_collector(col)
+    cfg["collector"] = asdict(check_schema(cfg["collector"], schemas[backend], "collector"))
+    if backend == "ray":
+        validate_ray_collector(cfg["collector"])
     # run-level groups: structured schemas (types, unknown keys, ranges), values normalised
     cfg["trainer"] = asdict(check_schema(cfg["trainer"], TrainerConfig, "trainer"))
     cfg["logger"] = asdict(check_schema(cfg["logger"], LoggerConfig, "logger"))
@@ -159,7 +136,7 @@ def plan_run(cfg: Any) -> RunPlan:
     from trackmind.tmi.config import check_run
 
     check_run(cfg, cycle)  # real game / real time: settings, real maps, servers answering
-    stats = obs.term("float")
+    stats = obs.term(FLOATS)
     # rollouts record Phi already multiplied by each term's weight (RewardManager.potentials)
     recorded = [t.name for t in rew.terms if t.is_potential and rew.shaping == "collate"]
     return RunPlan(
@@ -194,7 +171,7 @@ def build_collector_parts(cfg: dict, n_cars: int, offset: int = 0):
         instance=offset,  # a real game per collector: TMInterface server <prefix><offset>
         challenges=cycle.challenges,
     )
-    stats = race.observation.term("float")
+    stats = race.observation.term(FLOATS)
     net = build_network_from(
         cfg, frame_shape_of(cfg["env"]), float_dim_of(race.observation), stats.mean, stats.std
     )

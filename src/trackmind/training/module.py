@@ -14,33 +14,18 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import lightning as L
 import torch
+from omegaconf import MISSING
 
 from trackmind.agent.loss import NonFiniteGuard, iqn_loss
 from trackmind.agent.network import IQNNetwork, random_taus, stratified_symmetric_taus
 from trackmind.agent.schedules import Schedule
 from trackmind.errors import ConfigError, check_known_keys, require
-
-LEARNER_KEYS = {
-    "batch_size",
-    "optimizer",
-    "adam_eps",
-    "lr",
-    "weight_decay",
-    "gamma",
-    "kappa",
-    "double_dqn",
-    "grad_clip_norm",
-    "target_tau",
-    "target_update_every_transitions",
-    "replay_ratio",
-    "publish_every_batches",
-    "max_nonfinite_in_a_row",
-    "acting_ema_batches",
-}
+from trackmind.training.schema import check_schema
 
 
 def soft_update(target: torch.nn.Module, online: torch.nn.Module, tau: float) -> None:
@@ -75,43 +60,63 @@ def schedule_from(cfg: Mapping, key: str) -> Schedule:
     return Schedule.from_config(cfg.get("points"), kind, f"{key}.points")
 
 
-def validate_learner(cfg: Mapping, key: str = "learner") -> None:
-    """Check the learner config before anything starts (one-line ConfigError)."""
-    check_known_keys(cfg, LEARNER_KEYS, key)
+@dataclass
+class LearnerConfig:
+    """The `learner` group (conf/learner/iqn.yaml, where the defaults live): the module's
+    optimiser, loss and target/publish cadence, and how the learner samples (batch_size and
+    replay_ratio, which the DataModule applies)."""
 
-    def pos(name, kind=(int, float), strict=True):
-        v = cfg.get(name)
-        ok = isinstance(v, kind) and not isinstance(v, bool) and (v > 0 if strict else v >= 0)
+    batch_size: int = MISSING
+    optimizer: str = MISSING  # radam | adam
+    adam_eps: float = MISSING
+    lr: Any = MISSING  # schedule by frames: {points: [[frame, value], ...], kind}
+    weight_decay: float = MISSING
+    gamma: Any = MISSING  # schedule by frames, values in (0, 1]
+    kappa: float = MISSING
+    double_dqn: bool = MISSING
+    grad_clip_norm: float = MISSING
+    target_tau: float = MISSING
+    target_update_every_transitions: int = MISSING
+    replay_ratio: float = MISSING
+    publish_every_batches: int = MISSING
+    max_nonfinite_in_a_row: int = MISSING
+    acting_ema_batches: float = MISSING
+
+    def __post_init__(self) -> None:
+        key = "learner"
+        for name, strict in (
+            ("batch_size", True),
+            ("adam_eps", True),
+            ("weight_decay", False),
+            ("kappa", False),
+            ("grad_clip_norm", True),
+            ("target_update_every_transitions", True),
+            ("replay_ratio", True),
+            ("publish_every_batches", True),
+            ("max_nonfinite_in_a_row", True),
+            ("acting_ema_batches", False),
+        ):
+            v = getattr(self, name)
+            require(
+                v > 0 if strict else v >= 0,
+                f"{key}.{name}",
+                f"must be a {'positive' if strict else 'non-negative'} number, got {v!r}",
+            )
+        tau = self.target_tau
+        require(0 < tau <= 1, f"{key}.target_tau", f"must be in (0, 1], got {tau!r}")
         require(
-            ok,
-            f"{key}.{name}",
-            f"must be a {'positive' if strict else 'non-negative'} number, got {v!r}",
+            self.optimizer in ("radam", "adam"),
+            f"{key}.optimizer",
+            f"must be radam or adam, got {self.optimizer!r}",
         )
+        schedule_from(self.lr, f"{key}.lr")
+        g = schedule_from(self.gamma, f"{key}.gamma")
+        require(all(0 < v <= 1 for _, v in g.points), f"{key}.gamma", "values must be in (0, 1]")
 
-    pos("batch_size", int)
-    pos("adam_eps")
-    pos("weight_decay", strict=False)
-    pos("kappa", strict=False)
-    pos("grad_clip_norm")
-    pos("target_update_every_transitions", int)
-    pos("replay_ratio")
-    pos("publish_every_batches", int)
-    pos("max_nonfinite_in_a_row", int)
-    pos("acting_ema_batches", strict=False)
-    tau = cfg.get("target_tau")
-    require(
-        isinstance(tau, (int, float)) and 0 < tau <= 1,
-        f"{key}.target_tau",
-        f"must be in (0, 1], got {tau!r}",
-    )
-    require(
-        cfg.get("optimizer") in ("radam", "adam"),
-        f"{key}.optimizer",
-        f"must be radam or adam, got {cfg.get('optimizer')!r}",
-    )
-    schedule_from(cfg.get("lr"), f"{key}.lr")
-    g = schedule_from(cfg.get("gamma"), f"{key}.gamma")
-    require(all(0 < v <= 1 for _, v in g.points), f"{key}.gamma", "values must be in (0, 1]")
+
+def learner_config(cfg: Mapping | LearnerConfig, key: str = "learner") -> LearnerConfig:
+    """The validated learner group (one-line ConfigError naming the key)."""
+    return cfg if isinstance(cfg, LearnerConfig) else check_schema(cfg, LearnerConfig, key)
 
 
 class IQNLightningModule(L.LightningModule):
@@ -120,7 +125,7 @@ class IQNLightningModule(L.LightningModule):
     def __init__(
         self,
         network: IQNNetwork,
-        learner: Mapping,
+        learner: Mapping | LearnerConfig,
         n_quantiles_train: int = 8,
         n_quantiles_target: int = 8,
         frames: Callable[[], int] = lambda: 0,
@@ -128,13 +133,12 @@ class IQNLightningModule(L.LightningModule):
         on_priorities: Callable[[torch.Tensor, torch.Tensor], None] | None = None,
     ) -> None:
         super().__init__()
-        validate_learner(learner)
+        self.cfg = learner_config(learner)
         self.automatic_optimization = False
-        self.cfg = dict(learner)
         self.online_network = network
         self.target_network = copy.deepcopy(network)
         self.target_network.requires_grad_(False)
-        self.ema_batches = float(learner.get("acting_ema_batches", 0))
+        self.ema_batches = float(self.cfg.acting_ema_batches)
         self.acting_network = None
         if self.ema_batches > 0:
             self.acting_network = copy.deepcopy(network)
@@ -142,24 +146,24 @@ class IQNLightningModule(L.LightningModule):
         self.acting_updates = 0
         self.n_train = int(n_quantiles_train)
         self.n_target = int(n_quantiles_target)
-        self.lr_schedule = schedule_from(learner["lr"], "learner.lr")
-        self.gamma_schedule = schedule_from(learner["gamma"], "learner.gamma")
+        self.lr_schedule = schedule_from(self.cfg.lr, "learner.lr")
+        self.gamma_schedule = schedule_from(self.cfg.gamma, "learner.gamma")
         self.frames = frames
         self.publish = publish
         self.on_priorities = on_priorities
-        self.guard = NonFiniteGuard(int(learner["max_nonfinite_in_a_row"]))
+        self.guard = NonFiniteGuard(self.cfg.max_nonfinite_in_a_row)
         self.samples_since_target_update = 0
         self.samples_learned = 0
         self.last_stats: dict[str, float] = {}
 
     # --- optimisation -------------------------------------------------------------------
     def configure_optimizers(self):
-        opt_cls = torch.optim.RAdam if self.cfg["optimizer"] == "radam" else torch.optim.Adam
+        opt_cls = torch.optim.RAdam if self.cfg.optimizer == "radam" else torch.optim.Adam
         return opt_cls(
             self.online_network.parameters(),
             lr=self.lr_schedule(0),
-            eps=float(self.cfg["adam_eps"]),
-            weight_decay=float(self.cfg["weight_decay"]),
+            eps=float(self.cfg.adam_eps),
+            weight_decay=float(self.cfg.weight_decay),
         )
 
     def current_lr(self) -> float:
@@ -179,7 +183,7 @@ class IQNLightningModule(L.LightningModule):
             taus_next = random_taus(b, self.n_target, device=self.device)
             z_next = self.target_network(next_img, batch["next_state_float"], taus_next)
             z_online_next = None
-            if self.cfg["double_dqn"]:
+            if self.cfg.double_dqn:
                 z_online_next = self.online_network(next_img, batch["next_state_float"], taus_next)
         loss, per_sample = iqn_loss(
             z,
@@ -188,7 +192,7 @@ class IQNLightningModule(L.LightningModule):
             z_next,
             batch["reward"],
             batch["discount"],
-            kappa=float(self.cfg["kappa"]),
+            kappa=float(self.cfg.kappa),
             weights=batch.get("weights"),
             q_online_next=z_online_next,
         )
@@ -209,7 +213,7 @@ class IQNLightningModule(L.LightningModule):
         self.manual_backward(loss)
         # Lightning's clip unscales fp16 gradients first (mixed precision on GPU)
         self.clip_gradients(
-            opt, gradient_clip_val=float(self.cfg["grad_clip_norm"]), gradient_clip_algorithm="norm"
+            opt, gradient_clip_val=float(self.cfg.grad_clip_norm), gradient_clip_algorithm="norm"
         )
         grads = [p.grad for p in self.online_network.parameters() if p.grad is not None]
         grad_norm = torch.linalg.vector_norm(
@@ -219,9 +223,9 @@ class IQNLightningModule(L.LightningModule):
         if self.on_priorities is not None and "indices" in batch:
             self.on_priorities(batch["indices"], per_sample)
         self.samples_since_target_update += b
-        every = int(self.cfg["target_update_every_transitions"])
+        every = int(self.cfg.target_update_every_transitions)
         while self.samples_since_target_update >= every:
-            soft_update(self.target_network, self.online_network, float(self.cfg["target_tau"]))
+            soft_update(self.target_network, self.online_network, float(self.cfg.target_tau))
             self.samples_since_target_update -= every
         if self.acting_network is not None:
             soft_update(
@@ -232,7 +236,7 @@ class IQNLightningModule(L.LightningModule):
             self.acting_updates += 1
         if (
             self.publish is not None
-            and (self.global_step + 1) % int(self.cfg["publish_every_batches"]) == 0
+            and (self.global_step + 1) % int(self.cfg.publish_every_batches) == 0
         ):
             self.publish(self.acting)
         q = z.detach().mean(dim=1)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
 
 from trackmind.training.collector import collector_process_fn
 from trackmind.training.shared import SharedHandles, spawn_context
@@ -18,8 +19,37 @@ from trackmind.training.shared import SharedHandles, spawn_context
 log = logging.getLogger(__name__)
 
 
-class CollectorPool:
-    """K collector processes sharing one SharedHandles bundle."""
+@runtime_checkable
+class CollectorPool(Protocol):
+    """What the learner needs of its collectors, wherever they run.
+
+    LocalCollectorPool (processes on this machine) and distributed.pool.RayCollectorPool
+    (actors on a Ray cluster) implement it; CollectorCallback drives it through a fit, the
+    DataModule checks it while it waits for data, RaceMetricsCallback reports it.
+    """
+
+    restarts: int  # collectors restarted so far
+    on_restart: Callable[[int], None] | None  # told the collector index after a restart
+
+    def start(self) -> None: ...
+
+    def check(self) -> list[int]:
+        """Restart collectors that died; the indices restarted."""
+        ...
+
+    def alive(self) -> int: ...
+
+    def pids(self) -> list[int]: ...
+
+    def metrics(self) -> dict[str, float]:
+        """The backend's own figures for MLflow (none for local processes)."""
+        ...
+
+    def stop(self, timeout_s: float = 10.0) -> None: ...
+
+
+class LocalCollectorPool:
+    """K collector processes on this machine sharing one SharedHandles bundle."""
 
     def __init__(
         self, cfg: dict, shared: SharedHandles, n_processes: int, max_restarts: int, seed: int = 0
@@ -32,7 +62,7 @@ class CollectorPool:
         self.procs: list[Any] = [None] * self.n
         self.restarts = 0
         self.deaths: list[tuple[int, int | None]] = []  # (collector, exit code)
-        self.on_restart = None  # called with the collector index after a restart
+        self.on_restart: Callable[[int], None] | None = None  # told the index after a restart
         self._ctx = spawn_context()
         self._started = False
 
@@ -83,6 +113,9 @@ class CollectorPool:
     def pids(self) -> list[int]:
         return [p.pid for p in self.procs if p is not None]
 
+    def metrics(self) -> dict[str, float]:
+        return {}
+
     def stop(self, timeout_s: float = 10.0) -> None:
         """Ask every collector to stop, then terminate and kill what is left."""
         if not self._started:
@@ -121,10 +154,11 @@ class CollectorPool:
 
 def make_collector_pool(
     cfg: dict, shared: SharedHandles, n_processes: int, max_restarts: int, seed: int = 0
-):
-    """The configured backend's pool: local processes, or Ray actors (collector=ray)."""
+) -> CollectorPool:
+    """The configured backend's pool: local processes, or Ray actors (collector=ray; Ray is
+    an optional feature, imported only then)."""
     if cfg["collector"].get("backend", "local") == "ray":
         from trackmind.distributed.pool import RayCollectorPool
 
         return RayCollectorPool(cfg, shared, n_processes, max_restarts, seed)
-    return CollectorPool(cfg, shared, n_processes, max_restarts, seed)
+    return LocalCollectorPool(cfg, shared, n_processes, max_restarts, seed)

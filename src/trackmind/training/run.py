@@ -12,8 +12,10 @@ import json
 import logging
 import math
 import os
-from collections import OrderedDict
+import time
+from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +23,12 @@ import lightning as L
 import torch
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from trackmind.agent.exploration import build_exploration
 from trackmind.logs import tidy_library_output
 from trackmind.replay.buffers import make_buffers
 from trackmind.sim.reference import reference_time_ms
+from trackmind.tracking.mlflow_run import close_run, is_mlflow, open_run, start_system_metrics
+from trackmind.training.best_weights import BestRaceKeeper, WeightHistory, WeightPublisher
 from trackmind.training.callbacks import CollectorCallback, RaceMetricsCallback, TrialPruning
 from trackmind.training.checkpoint import (
     CheckpointCallback,
@@ -33,137 +38,14 @@ from trackmind.training.checkpoint import (
 from trackmind.training.datamodule import ReplayDataModule
 from trackmind.training.factory import RunPlan, build_network_from
 from trackmind.training.module import IQNLightningModule
-from trackmind.training.pool import make_collector_pool
+from trackmind.training.pool import CollectorPool, make_collector_pool
 from trackmind.training.progress import RaceProgressBar
 from trackmind.training.race_media import BestRaceMedia
 from trackmind.training.race_stats import RaceStats
-from trackmind.training.shared import make_shared, publish_weights
+from trackmind.training.shared import SharedHandles, make_shared
 
 log = logging.getLogger(__name__)
-# the experiment tag that opens it in the MLflow UI's "Model training" view (not GenAI)
-ML_VIEW = ("mlflow.experimentKind", "custom_model_development")
 FAIL_RATIO = 10.0
-
-
-def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
-    """{"a": {"b": 1}} -> {"a.b": 1} (lists stay values): config as MLflow params."""
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict) and v:
-            out.update(flatten(v, key + "."))
-        else:
-            out[key] = v
-    return out
-
-
-def make_logger(
-    cfg: dict,
-    output_dir: Path,
-    run_name: str | None,
-    tags: dict[str, str],
-    run_id: str | None = None,
-):
-    """The configured Lightning logger; with `run_id`, the MLflow run a resume continues."""
-    lg = cfg["logger"]
-    if lg["backend"] == "none":
-        return None
-    if lg["backend"] == "csv":
-        from lightning.pytorch.loggers import CSVLogger
-
-        return CSVLogger(str(output_dir), name="csv")
-    from lightning.pytorch.loggers import MLFlowLogger
-
-    uri = lg["tracking_uri"]
-    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
-        Path(uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
-    artifacts = lg.get("artifact_location") or default_artifact_location(uri)
-    if run_id is None:
-        ensure_experiment(uri, lg["experiment_name"], artifacts)
-    return MLFlowLogger(
-        experiment_name=lg["experiment_name"],
-        tracking_uri=uri,
-        run_name=run_name,
-        tags=None if run_id else tags,
-        log_model=False,
-        run_id=run_id,
-        artifact_location=artifacts,
-    )
-
-
-def ensure_experiment(tracking_uri: str, name: str, artifact_location: str | None) -> str:
-    """The experiment's id, creating it if need be (tagged to open as training runs).
-
-    Jobs of a parallel launcher start together: both may find no experiment and create
-    it; the loser's RESOURCE_ALREADY_EXISTS means it is there, so it is looked up again.
-    The view tag is given at creation, so concurrent jobs never write it at once; an
-    experiment made elsewhere without it gets it once, and losing that (cosmetic) race to
-    another job is no error.
-    """
-    from mlflow.exceptions import MlflowException
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=tracking_uri)
-    exp = client.get_experiment_by_name(name)
-    if exp is None:
-        try:
-            return client.create_experiment(
-                name, artifact_location=artifact_location, tags=dict([ML_VIEW])
-            )
-        except MlflowException as e:
-            if e.error_code != "RESOURCE_ALREADY_EXISTS":
-                raise
-        exp = client.get_experiment_by_name(name)
-    if exp.tags.get(ML_VIEW[0]) != ML_VIEW[1]:  # open in the UI's "Model training" view
-        try:
-            client.set_experiment_tag(exp.experiment_id, *ML_VIEW)
-        except MlflowException:
-            if client.get_experiment(exp.experiment_id).tags.get(ML_VIEW[0]) != ML_VIEW[1]:
-                raise
-    return exp.experiment_id
-
-
-def default_artifact_location(tracking_uri: str) -> str | None:
-    """Artifacts beside a SQLite store (<db dir>/mlartifacts), not in the working directory.
-
-    Used only when the experiment is created; None lets a tracking server decide.
-    """
-    if not tracking_uri.startswith("sqlite:///"):
-        return None
-    db = Path(tracking_uri[len("sqlite:///") :])
-    return str((db.parent / "mlartifacts").resolve())
-
-
-def log_config_artifact(logger: Any, cfg: dict, output_dir: Path) -> None:
-    """The resolved config as config.yaml beside the params (what re-runs it exactly)."""
-    if not hasattr(logger, "run_id"):
-        return
-    from omegaconf import OmegaConf
-
-    path = output_dir / "config.yaml"
-    path.write_text(OmegaConf.to_yaml({k: v for k, v in cfg.items() if k != "hydra"}))
-    logger.experiment.log_artifact(logger.run_id, str(path))
-
-
-def start_system_metrics(logger: Any, lcfg: dict):
-    """MLflow's CPU/memory/disk/network (and GPU) sampler for this run; None if unavailable."""
-    every = lcfg.get("system_metrics_every_s", 10)
-    if not every:
-        return None
-    try:
-        from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
-
-        mon = SystemMetricsMonitor(
-            logger.run_id,
-            sampling_interval=float(every),
-            resume_logging=True,
-            tracking_uri=lcfg["tracking_uri"],
-        )
-        mon.start()
-        return mon
-    except Exception as e:  # psutil missing or the store refuses: training goes on
-        log.warning("no system metrics: %s", e)
-        return None
 
 
 def restore_buffers(buffers: Any, path: Path) -> None:
@@ -185,144 +67,82 @@ def objective(stats: RaceStats, maps: list[str]) -> float:
     return float(sum(vals) / len(vals)) if vals else FAIL_RATIO
 
 
-def train(
-    plan: RunPlan,
-    output_dir: str | Path,
-    run_name: str | None = None,
-    tags: dict | None = None,
-    resume: Path | None = None,
-) -> float:
-    """Fit, summarise, return the objective; `resume`: a checkpoint of this run to continue."""
-    tidy_library_output()
+@dataclass
+class Learner:
+    """The learner's side of a run: the module (online/target networks), the memory it
+    shares with the collectors, the replay buffers, and the recent weight versions."""
+
+    module: IQNLightningModule
+    shared: SharedHandles
+    buffers: Any
+    history: WeightHistory
+
+
+def build_learner(plan: RunPlan, resumed_state: dict | None) -> Learner:
+    """Networks, shared memory, buffers and module; a checkpoint of another architecture
+    is refused here, before any process starts."""
     cfg = plan.cfg
-    ckpt = read_checkpoint(resume) if resume is not None else None
-    saved = ckpt["trackmind"] if ckpt is not None else None
-    if saved is not None and Path(saved["output_dir"]).is_dir():
-        output_dir = saved["output_dir"]  # a resumed run keeps writing where it started
-    output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    tcfg, lcfg, ccfg = cfg["trainer"], cfg["learner"], cfg["collector"]
-    torch.set_num_threads(int(tcfg["torch_threads"]))
-    L.seed_everything(int(cfg.get("seed", 0)), workers=False, verbose=False)
-
-    net = build_network_from(cfg, plan.frame_shape, plan.float_dim, plan.float_mean, plan.float_std)
-    shared_net = build_network_from(
-        cfg, plan.frame_shape, plan.float_dim, plan.float_mean, plan.float_std
-    )
-    shared = make_shared(shared_net, int(ccfg["queue_size"]))
+    shape = (plan.frame_shape, plan.float_dim, plan.float_mean, plan.float_std)
+    net = build_network_from(cfg, *shape)
+    shared = make_shared(build_network_from(cfg, *shape), int(cfg["collector"]["queue_size"]))
     frame = (1, *plan.frame_shape) if plan.frame_shape is not None else None
+    seed = int(cfg.get("seed", 0))
     buffers = make_buffers(
-        cfg["buffer"],
-        frame,
-        plan.float_dim,
-        ms_per_action=plan.ms_per_action,
-        seed=int(cfg.get("seed", 0)),
+        cfg["buffer"], frame, plan.float_dim, ms_per_action=plan.ms_per_action, seed=seed
     )
-    published: OrderedDict[int, dict] = OrderedDict()  # recent versions, for best.pt
-    net_bytes = sum(t.numel() * t.element_size() for t in net.state_dict().values())
-    # a greedy race is driven by the version it started with and arrives a race later:
-    # keep minutes of versions (~256 MB at most) so that best.pt holds exactly those weights
-    keep_versions = max(4, min(1024, int(256e6 // max(net_bytes, 1))))
-
-    def remember(version: int, online: torch.nn.Module) -> int:
-        published[version] = {k: v.detach().clone() for k, v in online.state_dict().items()}
-        while len(published) > keep_versions:
-            published.popitem(last=False)
-        return version
-
+    history = WeightHistory.sized_for(net)
     module = IQNLightningModule(
         net,
-        lcfg,
+        cfg["learner"],
         n_quantiles_train=int(cfg["network"]["n_quantiles_train"]),
         n_quantiles_target=int(cfg["network"]["n_quantiles_train"]),
-        frames=lambda: shared.frames.value,
-        publish=lambda online: remember(publish_weights(shared, online), online),
+        frames=shared.frames_played,
+        publish=WeightPublisher(shared, history),
         on_priorities=buffers.update_priorities if buffers.config.prioritized else None,
     )
-    if ckpt is not None:  # refuse another architecture before any process starts
-        check_network_matches(ckpt["state_dict"], module)
-        del ckpt
-    from trackmind.agent.exploration import build_exploration
+    if resumed_state is not None:
+        check_network_matches(resumed_state, module)
+    return Learner(module, shared, buffers, history)
 
-    explorer = build_exploration(cfg["exploration"])
-    module.epsilon_now = lambda: explorer.params(shared.frames.value).epsilon
+
+def build_data(plan: RunPlan, learner: Learner, pool: CollectorPool) -> ReplayDataModule:
+    """The DataModule that streams batches from the buffers the collectors fill."""
+    cfg, entries = plan.cfg, plan.cycle.entries
     stats = RaceStats(
-        reference_ms={e.name: reference_time_ms(e.track) for e in plan.cycle.entries},
-        length_m={e.name: e.track.length_m for e in plan.cycle.entries},
+        reference_ms={e.name: reference_time_ms(e.track) for e in entries},
+        length_m={e.name: e.track.length_m for e in entries},
     )
-    pool = make_collector_pool(
-        cfg, shared, int(ccfg["processes"]), int(ccfg["max_restarts"]), int(cfg.get("seed", 0))
-    )
-    dm = ReplayDataModule(
-        buffers,
-        shared,
-        batch_size=int(lcfg["batch_size"]),
-        replay_ratio=float(lcfg["replay_ratio"]),
-        gamma=module.current_gamma,
+    return ReplayDataModule(
+        learner.buffers,
+        learner.shared,
+        batch_size=int(cfg["learner"]["batch_size"]),
+        replay_ratio=float(cfg["learner"]["replay_ratio"]),
+        gamma=learner.module.current_gamma,
         potential_weights=plan.potential_weights,
         stats=stats,
         check_collectors=pool.check,
-        val_batches=int(tcfg["limit_val_batches"]),
+        val_batches=int(cfg["trainer"]["limit_val_batches"]),
     )
 
-    def keep_best(r: dict) -> None:
-        """Greedy policies scatter: keep the weights that drove the best greedy race."""
-        version = int(r.get("weights_version", -1))
-        weights = published.get(version)
-        exact = weights is not None  # the weights that drove the race
-        if not exact:  # older than the versions kept: the closest we have
-            log.warning(
-                "best.pt: weights version %d of the best race is no longer kept; "
-                "saving the current weights instead",
-                version,
-            )
-            weights = module.acting.state_dict()
-        race = {
-            "map": r["map"],
-            "race_time_ms": r["race_time"],
-            "version": version,
-            "exact": exact,
-        }
-        torch.save({"network": weights, "config": cfg, "race": race}, output_dir / "best.pt")
-        media.record(r)
 
-    media = BestRaceMedia(
-        output_dir,
-        {e.name: e.track for e in plan.cycle.entries},
-        float(cfg["logger"].get("media_every_s", 120)),
-    )
-    dm.on_best_race = keep_best
-    restarts: list[dict] = []
+class RestartLog:
+    """The pool's `on_restart`: evidence that buffered data survives a collector restart."""
 
-    def record_restart(idx: int) -> None:  # evidence that buffered data survives a restart
-        restarts.append(
-            {"collector": idx, "buffer": len(buffers), "transitions_added": dm.transitions_added}
+    def __init__(self, dm: ReplayDataModule) -> None:
+        self.dm = dm
+        self.records: list[dict] = []
+
+    def __call__(self, idx: int) -> None:
+        added = self.dm.transitions_added
+        self.records.append(
+            {"collector": idx, "buffer": len(self.dm.buffers), "transitions_added": added}
         )
 
-    pool.on_restart = record_restart
-    tags = dict(tags or {}, output_dir=str(output_dir))
-    run_id = saved.get("mlflow_run_id") if saved is not None else None
-    if saved is not None and cfg["logger"]["backend"] == "mlflow" and not run_id:
-        log.warning("the checkpoint has no MLflow run: this session starts a new one")
-    logger = make_logger(cfg, output_dir, run_name, tags, run_id=run_id)
-    if logger is not None and saved is None:
-        logger.log_hyperparams(flatten({k: v for k, v in cfg.items() if k != "hydra"}))
-        log_config_artifact(logger, cfg, output_dir)
-    if saved is not None and saved.get("buffer_file"):
-        restore_buffers(buffers, Path(resume).parent / saved["buffer_file"])
-    ck = cfg["checkpoint"]  # filled in and checked by plan_run (schema.CheckpointConfig)
-    ckpt_cb = CheckpointCallback(
-        output_dir, cfg, ck["every_s"], ck["save_buffer"], ck["log_to_mlflow"], buffers
-    )
-    metrics_cb = RaceMetricsCallback(dm, float(cfg["logger"].get("log_every_s", 10)))
-    maps = [e.name for e in plan.cycle.entries]
-    pruning = TrialPruning(lambda: objective(stats, maps))  # only acts in an Optuna sweep
-    callbacks = [CollectorCallback(pool, shared), metrics_cb, ckpt_cb, media, pruning]
-    progress = bool(tcfg.get("progress_bar", True))
-    if progress:
-        callbacks.append(RaceProgressBar(metrics_cb, budget_s=tcfg.get("max_time_s")))
+
+def make_trainer(tcfg: dict, logger: Any, callbacks: list, output_dir: Path) -> L.Trainer:
+    """The Lightning Trainer from the `trainer` group (checked by plan_run)."""
     max_time = tcfg.get("max_time_s")
-    trainer = L.Trainer(
+    return L.Trainer(
         accelerator=tcfg["accelerator"],
         devices=tcfg["devices"],
         precision=tcfg["precision"],
@@ -337,29 +157,19 @@ def train(
         logger=logger if logger is not None else False,
         callbacks=callbacks,
         enable_checkpointing=False,
-        enable_progress_bar=progress,
+        enable_progress_bar=bool(tcfg.get("progress_bar", True)),
         enable_model_summary=False,
         default_root_dir=str(output_dir),
     )
-    if max_time:  # a learner starved of data still stops (Lightning's own timer acts first)
-        import time
 
-        dm.deadline = time.monotonic() + float(max_time) + 60.0
-    log.info("outputs: %s (checkpoints in %s)", output_dir, ckpt_cb.dir)
-    sysmon = None
-    if logger is not None and hasattr(logger, "run_id"):
-        log.info(
-            "MLflow run %s in %s; in the UI (make mlflow-ui): "
-            "http://127.0.0.1:5000/#/experiments/%s/runs/%s",
-            logger.run_id,
-            cfg["logger"]["tracking_uri"],
-            logger.experiment_id,
-            logger.run_id,
-        )
-        sysmon = start_system_metrics(logger, cfg["logger"])
-    if resume is not None:
-        log.info("resuming from %s", resume)
-    stop_signal = None  # "SIGINT" or "SIGTERM" when the run was stopped from outside
+
+def fit(trainer: L.Trainer, module, dm, resume: Path | None, ckpt_cb) -> str | None:
+    """trainer.fit; the signal that stopped it ("SIGINT", "SIGTERM") or None.
+
+    Lightning saves last.ckpt (CheckpointCallback.on_exception), then turns Ctrl-C into
+    SystemExit(1) and re-raises SIGTERM as SIGTERMException: the run's records are then
+    finished as for any other end.
+    """
     try:
         trainer.fit(
             module,
@@ -368,50 +178,169 @@ def train(
             weights_only=True if resume is not None else None,
         )
     except (KeyboardInterrupt, SystemExit, SIGTERMException) as e:
-        # Lightning saves last.ckpt (CheckpointCallback.on_exception), then turns Ctrl-C into
-        # SystemExit(1) and re-raises SIGTERM as SIGTERMException: finish the run's records
         if isinstance(e, SystemExit) and not ckpt_cb.interrupted:
             raise
         stop_signal = "SIGTERM" if isinstance(e, SIGTERMException) else "SIGINT"
         log.warning("%s: stopping; checkpoint, agent.pt and summary.json are kept", stop_signal)
-    finally:
-        pool.stop()
-        if sysmon is not None:
-            sysmon.finish()
-    result = objective(stats, maps)
-    if pruning.pruned_at is not None:
-        log.info("Optuna pruned this trial after %d minute(s)", pruning.pruned_at)
-    ckpt = output_dir / "agent.pt"  # the final online network with the config that built it
-    torch.save({"network": module.acting.state_dict(), "config": cfg}, ckpt)
+        return stop_signal
+    return None
+
+
+def read_resume(resume: Path | None) -> tuple[dict | None, dict | None]:
+    """(the run's saved trackmind record, its weights) from a checkpoint; (None, None)."""
+    if resume is None:
+        return None, None
+    ckpt = read_checkpoint(resume)
+    return ckpt["trackmind"], ckpt["state_dict"]
+
+
+def run_output_dir(output_dir: str | Path, saved: dict | None) -> Path:
+    """Where the run writes: a resumed run keeps writing where it started."""
+    if saved is not None and Path(saved["output_dir"]).is_dir():
+        output_dir = saved["output_dir"]
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+@dataclass
+class RunParts:
+    """What a fit is wired from, beside the learner: the pool, the data, the callbacks."""
+
+    output_dir: Path
+    learner: Learner
+    pool: CollectorPool
+    dm: ReplayDataModule
+    maps: list[str]
+    restarts: RestartLog
+    ckpt_cb: CheckpointCallback
+    metrics_cb: RaceMetricsCallback
+    pruning: TrialPruning
+    callbacks: list
+
+
+def wire_run(plan: RunPlan, output_dir: Path, learner: Learner) -> RunParts:
+    """Collectors, DataModule, best.pt and media, restart records, checkpoints, metrics,
+    pruning and the progress bar, connected to one another."""
+    cfg, tcfg, ccfg = plan.cfg, plan.cfg["trainer"], plan.cfg["collector"]
+    seed = int(cfg.get("seed", 0))
+    pool = make_collector_pool(
+        cfg, learner.shared, int(ccfg["processes"]), int(ccfg["max_restarts"]), seed
+    )
+    dm = build_data(plan, learner, pool)
+    tracks = {e.name: e.track for e in plan.cycle.entries}
+    maps = [e.name for e in plan.cycle.entries]  # a map repeated in the cycle counts again
+    media = BestRaceMedia(output_dir, tracks, float(cfg["logger"].get("media_every_s", 120)))
+    best = BestRaceKeeper(output_dir / "best.pt", cfg, learner.history, learner.module, media)
+    dm.on_best_race = best
+    pool.on_restart = restarts = RestartLog(dm)
+    ck = cfg["checkpoint"]  # filled in and checked by plan_run (schema.CheckpointConfig)
+    ckpt_cb = CheckpointCallback(
+        output_dir, cfg, ck["every_s"], ck["save_buffer"], ck["log_to_mlflow"], learner.buffers
+    )
+    epsilon = partial(epsilon_at, build_exploration(cfg["exploration"]), learner.shared)
+    log_every = float(cfg["logger"].get("log_every_s", 10))
+    metrics_cb = RaceMetricsCallback(dm, log_every, pool, epsilon)
+    pruning = TrialPruning(partial(objective, dm.stats, maps))  # in Optuna sweeps
+    callbacks = [CollectorCallback(pool, learner.shared), metrics_cb, ckpt_cb, media, pruning]
+    if tcfg.get("progress_bar", True):
+        callbacks.append(RaceProgressBar(metrics_cb, budget_s=tcfg.get("max_time_s")))
+    return RunParts(
+        output_dir,
+        learner,
+        pool,
+        dm,
+        list(tracks),
+        restarts,
+        ckpt_cb,
+        metrics_cb,
+        pruning,
+        callbacks,
+    )
+
+
+def write_summary(
+    parts: RunParts, trainer: L.Trainer, logger: Any, result: float, **figures: Any
+) -> Path:
+    """summary.json: what the run did (bench_learning and the tests read it back)."""
+    dm, shared, module = parts.dm, parts.learner.shared, parts.learner.module
+    ckpt = parts.ckpt_cb.last_path
     summary = {
         "objective": result if math.isfinite(result) else None,
         "global_step": int(trainer.global_step),
         "samples_learned": int(module.samples_learned),
-        "resumed_from": str(resume) if resume is not None else None,
-        "checkpoint": str(ckpt_cb.last_path) if ckpt_cb.last_path else None,
-        "races": stats.races,
-        "transitions": stats.transitions,
+        "resumed_from": figures.pop("resumed_from"),
+        "checkpoint": str(ckpt) if ckpt else None,
+        "races": dm.stats.races,
+        "transitions": dm.stats.transitions,
         "frames": int(shared.frames.value),
         "weights_published": int(shared.weights_version.value),
-        "race_weights_versions": sorted(stats.weights_versions),
-        "collector_restarts": pool.restarts,
-        "restarts": restarts,
-        "buffer_size": len(buffers),
+        "race_weights_versions": sorted(dm.stats.weights_versions),
+        "collector_restarts": parts.pool.restarts,
+        "restarts": parts.restarts.records,
+        "buffer_size": len(parts.learner.buffers),
         "transitions_added": dm.transitions_added,
-        "greedy_races": stats.history,
-        "last_metrics": metrics_cb.last_metrics,
+        "greedy_races": dm.stats.history,
+        "last_metrics": parts.metrics_cb.last_metrics,
         "mlflow_run_id": getattr(logger, "run_id", None),
-        "stopped_by": stop_signal,
-        "pruned_at_minute": pruning.pruned_at,
+        "stopped_by": figures.pop("stopped_by"),
+        "pruned_at_minute": parts.pruning.pruned_at,
         "pid": os.getpid(),
     }
-    (output_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=float))
-    if logger is not None and hasattr(logger, "run_id"):  # MLflow (CSV has no run)
-        logger.experiment.log_metric(logger.run_id, "objective", result)
-        logger.experiment.log_artifact(logger.run_id, str(output_dir / "summary.json"))
-        logger.experiment.log_artifact(logger.run_id, str(ckpt))
-        if stop_signal is not None:  # Lightning marked it FAILED; it was stopped, not broken
-            logger.experiment.set_terminated(logger.run_id, "KILLED")
+    path = parts.output_dir / "summary.json"
+    path.write_text(json.dumps(summary, indent=1, default=float))
+    return path
+
+
+def train(
+    plan: RunPlan,
+    output_dir: str | Path,
+    run_name: str | None = None,
+    tags: dict | None = None,
+    resume: Path | None = None,
+) -> float:
+    """Fit, summarise, return the objective; `resume`: a checkpoint of this run to continue."""
+    tidy_library_output()
+    cfg, tcfg = plan.cfg, plan.cfg["trainer"]
+    saved, resumed_state = read_resume(resume)
+    output_dir = run_output_dir(output_dir, saved)
+    torch.set_num_threads(int(tcfg["torch_threads"]))
+    L.seed_everything(int(cfg.get("seed", 0)), workers=False, verbose=False)
+    learner = build_learner(plan, resumed_state)
+    del resumed_state  # the weights come back through trainer.fit(ckpt_path=...)
+    parts = wire_run(plan, output_dir, learner)
+    log.info("outputs: %s (checkpoints in %s)", output_dir, parts.ckpt_cb.dir)
+    run_tags = dict(tags or {}, output_dir=str(output_dir))
+    logger = open_run(cfg, output_dir, run_name, run_tags, saved)
+    if saved is not None and saved.get("buffer_file"):
+        restore_buffers(learner.buffers, Path(resume).parent / saved["buffer_file"])
+    trainer = make_trainer(tcfg, logger, parts.callbacks, output_dir)
+    sysmon = start_system_metrics(logger, cfg["logger"]) if is_mlflow(logger) else None
+    if resume is not None:
+        log.info("resuming from %s", resume)
+    if tcfg.get("max_time_s"):  # a learner starved of data still stops (Lightning's timer first)
+        parts.dm.deadline = time.monotonic() + float(tcfg["max_time_s"]) + 60.0
+    try:
+        stop_signal = fit(trainer, learner.module, parts.dm, resume, parts.ckpt_cb)
+    finally:
+        parts.pool.stop()
+        if sysmon is not None:
+            sysmon.finish()
+    result = objective(parts.dm.stats, parts.maps)
+    if parts.pruning.pruned_at is not None:
+        log.info("Optuna pruned this trial after %d minute(s)", parts.pruning.pruned_at)
+    agent = output_dir / "agent.pt"  # the final acting network with the config that built it
+    torch.save({"network": learner.module.acting.state_dict(), "config": cfg}, agent)
+    resumed_from = str(resume) if resume is not None else None
+    summary = write_summary(
+        parts, trainer, logger, result, resumed_from=resumed_from, stopped_by=stop_signal
+    )
+    close_run(logger, result, [summary, agent], stopped=stop_signal is not None)
     if stop_signal is not None:
         raise SystemExit(130 if stop_signal == "SIGINT" else 143)
     return result
+
+
+def epsilon_at(explorer: Any, shared: SharedHandles) -> float:
+    """The exploration epsilon at the frames played so far (a metric)."""
+    return explorer.params(shared.frames.value).epsilon

@@ -1,11 +1,13 @@
-"""Structured-config schemas of the run-level groups (trainer, logger, checkpoint).
+"""Structured-config schemas and the one way groups are checked against them.
 
-Each dataclass mirrors what the group configures; `check_schema` merges the composed group
+Each dataclass mirrors what its group configures; `check_schema` merges the composed group
 into it with OmegaConf (unknown keys and wrong types are refused, "30" becomes 30) and then
 instantiates it, so `__post_init__` checks ranges. Every failure becomes one ConfigError
-naming the full key. The game, network, reward, buffer and learner groups are checked by
-their own builders (the terms' registries, network_config, BufferConfig, validate_learner),
-which know their keys; plan_run calls all of them before anything starts.
+naming the full key. Run-level groups live here (trainer, logger, checkpoint, collector);
+the learner's schema is beside its module (training.module.LearnerConfig), collector=ray's
+in distributed.config. The network, buffer and exploration groups are still checked by
+their own builders (network_config, BufferConfig, build_exploration) and the env and reward
+groups by the terms' registries; plan_run calls all of them before anything starts.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from omegaconf import OmegaConf
+from omegaconf import MISSING, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from trackmind.errors import ConfigError, require
@@ -121,3 +123,32 @@ class CheckpointConfig:
             "checkpoint.every_s",
             f"must be > 0 seconds or null (only at the end), got {self.every_s!r}",
         )
+
+
+def int_at_least(value: int, low: int, key: str) -> None:
+    require(value >= low, key, f"must be an integer >= {low}, got {value!r}")
+
+
+@dataclass
+class CollectorConfig:
+    """Collector processes on this machine (conf/collector/local.yaml, where the defaults
+    live): LocalCollectorPool's processes and what each collector runs."""
+
+    backend: str = MISSING  # local | ray (distributed.config.RayCollectorConfig)
+    processes: int = MISSING
+    cars_per_process: int = MISSING
+    refresh_every_actions: int = MISSING
+    queue_size: int = MISSING
+    torch_threads: int = MISSING
+    max_restarts: int = MISSING
+
+    def __post_init__(self) -> None:
+        for name in (
+            "processes",
+            "cars_per_process",
+            "refresh_every_actions",
+            "queue_size",
+            "torch_threads",
+        ):
+            int_at_least(getattr(self, name), 1, f"collector.{name}")
+        int_at_least(self.max_restarts, 0, "collector.max_restarts")

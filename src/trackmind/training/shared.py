@@ -61,6 +61,10 @@ class SharedHandles:
     locks: list = field(default_factory=list)
     queues: list = field(default_factory=list)
 
+    def frames_played(self) -> int:
+        """Actions collected so far by every collector (the schedules' clock)."""
+        return int(self.frames.value)
+
     def link(self, i: int) -> CollectorLink:
         while len(self.locks) <= i:
             self.locks.append(None)

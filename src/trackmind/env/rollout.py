@@ -21,9 +21,11 @@ from typing import Any
 
 import numpy as np
 
+from trackmind.env.map_cycle import CycleEntry, MapCycle
+from trackmind.env.observations import FLOATS
 from trackmind.env.race import VecRace
+from trackmind.env.rollout_results import RolloutResults, new_rollout_results
 from trackmind.game.actions import ACTIONS
-from trackmind.game.map_cycle import CycleEntry, MapCycle
 from trackmind.game.monitor import PipelineMonitor
 from trackmind.game.starts import StartBank
 
@@ -36,28 +38,13 @@ class _RaceRecord:
 
     def __init__(self, entry: CycleEntry, greedy: bool, mid_track: bool = False) -> None:
         self.entry, self.greedy, self.mid_track = entry, greedy, mid_track
-        self.r: dict[str, Any] = {
-            "frames": [],
-            "state_float": [],
-            "actions": [],
-            "action_was_greedy": [],
-            "q_values": [],
-            "rewards": [],
-            "potentials": {},
-            "meters_advanced_along_centerline": [],
-            "current_zone_idx": [],
-            "input_w": [],
-            "car_gear_and_wheels": [],
-            "positions": [],
-            "speeds": [],
-            "furthest_zone_idx": 0,
-        }
+        self.r: RolloutResults = new_rollout_results()
 
     def add_state(self, race: VecRace, obs: dict, potentials: dict, c: int) -> None:
         r, car = self.r, race.car
         if "frame" in obs:
             r["frames"].append(obs["frame"][c].copy())
-        r["state_float"].append(obs["float"][c].copy())
+        r["state_float"].append(obs[FLOATS][c].copy())
         for name, phi in potentials.items():
             r["potentials"].setdefault(name, []).append(float(phi[c]))
         r["meters_advanced_along_centerline"].append(float(car.progress_m[c]))
@@ -80,7 +67,7 @@ class _RaceRecord:
         r["rewards"].append(float(reward))
         r["input_w"].append(float(ACTIONS[a, 0]))
 
-    def finish(self, race: VecRace, c: int, fired: dict) -> dict:
+    def finish(self, race: VecRace, c: int, fired: dict) -> RolloutResults:
         r, car = self.r, race.car
         finished = bool(car.finished[c])
         r["race_time"] = int(car.race_time_ms[c]) if finished else None
