@@ -30,11 +30,12 @@ QUIET_INFO = (
 def tidy_library_output() -> None:
     """Quiet the libraries' own lines; call once logging is configured (Hydra's job logging).
 
-    Lightning adds a console handler of its own to `lightning.pytorch` / `lightning.fabric`
-    when it is imported before logging is configured: with Hydra's root handler as well,
-    each of its lines printed twice. Its handlers go, and its records reach the root once.
+    Lightning adds console handlers of its own to `lightning` (its "INFO: ..." lines),
+    `lightning.pytorch` and `lightning.fabric` when it is imported before logging is
+    configured: with Hydra's root handler as well, each of its lines printed twice. Its
+    handlers go, and its records reach the root once.
     """
-    for name in ("lightning.pytorch", "lightning.fabric"):
+    for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
         lg = logging.getLogger(name)
         for handler in list(lg.handlers):
             if isinstance(handler, logging.StreamHandler) and not isinstance(
