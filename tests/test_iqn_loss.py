@@ -12,7 +12,7 @@ The case (B=1, N=2 online taus, N'=2 target taus, A=2 actions):
 import pytest
 import torch
 
-from trackmind.agent.loss import NonFiniteGuard, iqn_loss, quantile_huber
+from trackmind.agent.loss import NonFiniteGuard, action_gap, iqn_loss, quantile_huber
 
 Q_ONLINE = [[[1.0, 5.0], [3.0, 0.0]]]
 TAUS = [[0.2, 0.6]]
@@ -67,6 +67,35 @@ def test_double_dqn_picks_the_action_with_the_online_network():
     q_online_next = torch.tensor([[[0.0, 1.0], [0.0, 1.0]]])
     _, per_sample = iqn_loss(*case(), kappa=0.0, q_online_next=q_online_next)
     assert per_sample.tolist() == pytest.approx([1.1])
+
+
+def test_action_gap_is_the_distance_to_the_best_action():
+    q_mean = torch.tensor([[2.0, 2.5, 1.0], [0.0, -1.0, -3.0]])
+    gaps = action_gap(q_mean, torch.tensor([0, 2]))
+    assert gaps.tolist() == pytest.approx([0.5, 3.0])
+
+
+def test_advantage_learning_lowers_the_target_by_alpha_times_the_gap():
+    # online means per action at s: [(1 + 3) / 2, (5 + 0) / 2] = [2, 2.5]; action 0 -> gap 0.5
+    # alpha 0.5: target = [1.5, 2.5] - 0.25 = [1.25, 2.25]
+    # i=0 (Z=1, tau 0.2): u = [0.25, 1.25] -> 0.2 * u -> mean 0.15
+    # i=1 (Z=3, tau 0.6): u = [-1.75, -0.75] -> 0.4 * |u| -> mean 0.5 -> sum 0.65
+    _, per_sample = iqn_loss(*case(), kappa=0.0, advantage_learning=0.5)
+    assert per_sample.tolist() == pytest.approx([0.65])
+
+
+def test_advantage_learning_leaves_the_greedy_action_alone():
+    q, taus, _, qn, rewards, discounts = case()
+    greedy = torch.ones(1, dtype=torch.int64)  # mean 2.5: the best action, gap 0
+    plain = iqn_loss(q, taus, greedy, qn, rewards, discounts, kappa=0.0)[1]
+    al = iqn_loss(q, taus, greedy, qn, rewards, discounts, kappa=0.0, advantage_learning=0.9)[1]
+    assert al.tolist() == pytest.approx(plain.tolist())
+
+
+@pytest.mark.parametrize("alpha", [-0.1, 1.0])
+def test_advantage_learning_outside_zero_one_is_refused(alpha):
+    with pytest.raises(ValueError, match="advantage_learning"):
+        iqn_loss(*case(), kappa=0.0, advantage_learning=alpha)
 
 
 def test_weights_and_per_sample_output():

@@ -74,6 +74,7 @@ class LearnerConfig:
     gamma: Any = MISSING  # schedule by frames, values in (0, 1]
     kappa: float = MISSING
     double_dqn: bool = MISSING
+    advantage_learning: float = MISSING  # alpha in [0, 1): gap-increasing target (agent/loss.py)
     grad_clip_norm: float = MISSING
     target_tau: float = MISSING
     target_update_every_transitions: int = MISSING
@@ -102,6 +103,8 @@ class LearnerConfig:
                 f"{key}.{name}",
                 f"must be a {'positive' if strict else 'non-negative'} number, got {v!r}",
             )
+        al = self.advantage_learning
+        require(0 <= al < 1, f"{key}.advantage_learning", f"must be in [0, 1), got {al!r}")
         tau = self.target_tau
         require(0 < tau <= 1, f"{key}.target_tau", f"must be in (0, 1], got {tau!r}")
         require(
@@ -195,6 +198,7 @@ class IQNLightningModule(L.LightningModule):
             kappa=float(self.cfg.kappa),
             weights=batch.get("weights"),
             q_online_next=z_online_next,
+            advantage_learning=float(self.cfg.advantage_learning),
         )
         return loss, per_sample, z
 
@@ -240,10 +244,13 @@ class IQNLightningModule(L.LightningModule):
         ):
             self.publish(self.acting)
         q = z.detach().mean(dim=1)
+        top2 = q.topk(2, dim=1).values if q.shape[1] > 1 else torch.cat([q, q], dim=1)
         stats = {
             "train/loss": float(loss.detach()),
             "train/q_mean": float(q.mean()),
             "train/q_max": float(q.max(dim=1).values.mean()),
+            # best minus second-best action: what decides the greedy policy (agent/loss.py)
+            "train/action_gap": float((top2[:, 0] - top2[:, 1]).mean()),
             "train/grad_norm_clipped": float(grad_norm),
             "train/lr": lr,
             "train/gamma": self.current_gamma(),
