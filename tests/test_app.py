@@ -21,7 +21,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from smoke_cli import resume_args, smoke_args, unbuffered_env
 
-from trackmind.errors import ConfigError
+from trackmind.errors import ConfigError, check_schema
 from trackmind.training.checkpoint import (
     find_checkpoint,
     merge_resume_config,
@@ -29,7 +29,7 @@ from trackmind.training.checkpoint import (
 )
 from trackmind.training.progress import progress_figures
 from trackmind.training.race_stats import RaceStats
-from trackmind.training.schema import CheckpointConfig, check_schema
+from trackmind.training.schema import CheckpointConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN = ROOT / "scripts" / "train.py"

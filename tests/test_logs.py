@@ -10,10 +10,15 @@ def test_library_chatter_is_quieted_where_it_is_raised(caplog):
     lightning = logging.getLogger("lightning.pytorch")
     lightning.addHandler(logging.StreamHandler())  # as Lightning does before logging is set up
     lightning.propagate = False
+    torchrl = logging.getLogger("torchrl")
+    torchrl.addHandler(logging.StreamHandler())  # as torchrl 0.14.0 does when imported
+    torchrl.propagate = False
     tidy_library_output()
     tidy_library_output()  # twice is harmless (one filter)
     assert not [h for h in lightning.handlers if type(h) is logging.StreamHandler]
     assert lightning.propagate
+    assert not [h for h in torchrl.handlers if type(h) is logging.StreamHandler]
+    assert torchrl.propagate
     rank_zero = logging.getLogger(LIGHTNING_INFO)
     assert len(rank_zero.filters) == 1
     with caplog.at_level(logging.INFO):

@@ -6,6 +6,14 @@ says what is wrong; scripts catch it before any process starts and exit with sta
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import TypeVar
+
+from omegaconf import OmegaConf
+from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
+
+T = TypeVar("T")
+
 
 class ConfigError(ValueError):
     """A config value, key or file that trackmind cannot use."""
@@ -33,3 +41,26 @@ def check_known_keys(given: dict, known: set[str] | list[str], prefix: str) -> N
         if k not in known:
             allowed = ", ".join(sorted(known))
             raise ConfigError(f"{prefix}.{k}", f"unknown key (allowed: {allowed})")
+
+
+def check_schema(section: Mapping | None, schema: type[T], key: str) -> T:
+    """The section as a validated `schema` instance; ConfigError naming `key.<field>`.
+
+    The one way a config group is checked: the group's dataclass (its fields are the keys,
+    mirroring what it configures) is merged with the composed section by OmegaConf (unknown
+    keys and wrong types are refused, "30" becomes 30), then instantiated, so that its
+    `__post_init__` checks ranges and relations.
+    """
+    require(section is None or isinstance(section, Mapping), key, "must be a mapping")
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(schema), dict(section or {}))
+        return OmegaConf.to_object(merged)  # type: ignore[return-value]
+    except OmegaConfBaseException as e:
+        sub = getattr(e, "full_key", None) or ""
+        msg = (getattr(e, "msg", None) or str(e)).splitlines()[0]
+        if isinstance(e, MissingMandatoryValue):
+            msg = "missing: this key is required"
+        elif "not in" in msg and sub:  # an unknown key: list the known ones
+            known = ", ".join(sorted(schema.__dataclass_fields__))  # type: ignore[attr-defined]
+            msg = f"unknown key (allowed: {known})"
+        raise ConfigError(f"{key}.{sub}" if sub else key, msg) from None

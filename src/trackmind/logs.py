@@ -33,9 +33,11 @@ def tidy_library_output() -> None:
     Lightning adds console handlers of its own to `lightning` (its "INFO: ..." lines),
     `lightning.pytorch` and `lightning.fabric` when it is imported before logging is
     configured: with Hydra's root handler as well, each of its lines printed twice. Its
-    handlers go, and its records reach the root once.
+    handlers go, and its records reach the root once. torchrl's logger has a stdout handler
+    of its own and, in some releases (0.14.0), does not propagate: the same treatment, so
+    its warnings show once, in the run's log file too.
     """
-    for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
+    for name in ("lightning", "lightning.pytorch", "lightning.fabric", "torchrl"):
         lg = logging.getLogger(name)
         for handler in list(lg.handlers):
             if isinstance(handler, logging.StreamHandler) and not isinstance(

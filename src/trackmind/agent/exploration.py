@@ -25,11 +25,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from omegaconf import MISSING
 
 from trackmind.agent.schedules import Schedule
-from trackmind.errors import ConfigError, check_known_keys, require
+from trackmind.errors import ConfigError, check_schema, require
 
 PREFIX = "exploration"
 POLICIES = ("greedy", "epsilon_greedy", "linesight", "boltzmann")
@@ -141,20 +143,57 @@ def select_actions(
     return actions, actions == greedy
 
 
-HOLD_KEYS = {"hold_mu", "hold_max"}
-KEYS = {
-    "epsilon_greedy": {"policy", "epsilon", "epsilon_kind", *HOLD_KEYS},
-    "linesight": {
-        "policy",
-        "epsilon",
-        "epsilon_kind",
-        *HOLD_KEYS,
-        "epsilon_boltzmann",
-        "epsilon_boltzmann_kind",
-        "noise_scale",
-    },
-    "boltzmann": {"policy", "temperature", "temperature_kind"},
-    "greedy": {"policy"},
+@dataclass
+class GreedyConfig:
+    """The ``exploration`` group's keys for policy: greedy (one schema per policy below, chosen
+    by ``policy``; check_schema refuses the keys a policy does not take)."""
+
+    policy: str = "greedy"
+    starts: Any = None  # mid-track starts: the collectors' (game/starts.py StartsConfig)
+
+
+@dataclass
+class BoltzmannConfig(GreedyConfig):
+    temperature: Any = MISSING  # [[frames, value], ...] (or one value), positive
+    temperature_kind: str = "linear"
+
+    def __post_init__(self) -> None:
+        _schedule(self.temperature, self.temperature_kind, "temperature", False)
+
+
+@dataclass
+class EpsilonGreedyConfig(GreedyConfig):
+    epsilon: Any = MISSING  # [[frames, probability], ...] (or one value)
+    epsilon_kind: str = "linear"
+    hold_mu: float = 2.0
+    hold_max: int = 1
+
+    def __post_init__(self) -> None:
+        _schedule(self.epsilon, self.epsilon_kind, "epsilon", True)
+        hm = self.hold_max
+        require(hm >= 1, f"{PREFIX}.hold_max", f"must be an integer >= 1 (1: no holds), got {hm!r}")
+        mu = self.hold_mu
+        require(mu >= 0, f"{PREFIX}.hold_mu", f"must be a number >= 0, got {mu!r}")
+
+
+@dataclass
+class LinesightConfig(EpsilonGreedyConfig):
+    epsilon_boltzmann: Any = MISSING
+    epsilon_boltzmann_kind: str = "linear"
+    noise_scale: float = 0.01
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _schedule(self.epsilon_boltzmann, self.epsilon_boltzmann_kind, "epsilon_boltzmann", True)
+        ns = self.noise_scale
+        require(ns >= 0, f"{PREFIX}.noise_scale", f"must be a number >= 0, got {ns!r}")
+
+
+SCHEMAS: dict[str, type[GreedyConfig]] = {
+    "greedy": GreedyConfig,
+    "epsilon_greedy": EpsilonGreedyConfig,
+    "linesight": LinesightConfig,
+    "boltzmann": BoltzmannConfig,
 }
 
 
@@ -189,11 +228,10 @@ class Exploration:
         )
 
 
-def _schedule(cfg: dict, name: str, probability: bool) -> Schedule:
+def _schedule(points: Any, kind: str, name: str, probability: bool) -> Schedule:
     """A schedule of probabilities (in [0, 1]) or of positive values (temperatures)."""
     key = f"{PREFIX}.{name}"
-    require(name in cfg, key, "missing: a list of [frames, value] points")
-    sched = Schedule.from_config(cfg[name], cfg.get(f"{name}_kind", "linear"), key)
+    sched = Schedule.from_config(points, kind, key)
     for f, v in sched.points:
         ok = 0.0 <= v <= 1.0 if probability else v > 0
         need = "a probability in [0, 1]" if probability else "positive"
@@ -203,37 +241,23 @@ def _schedule(cfg: dict, name: str, probability: bool) -> Schedule:
 
 def build_exploration(cfg: Mapping) -> Exploration:
     """An Exploration from the ``exploration`` config group, or ConfigError naming the key."""
-    try:
-        from omegaconf import DictConfig, OmegaConf
-
-        if isinstance(cfg, DictConfig):
-            cfg = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
-    except ImportError:  # pragma: no cover - omegaconf is a dependency
-        pass
-    cfg = dict(cfg)
-    cfg.pop("starts", None)  # mid-track starts are the collectors' (game/starts.py)
     policy = cfg.get("policy")
-    if policy not in KEYS:
-        raise ConfigError(f"{PREFIX}.policy", f"must be one of {', '.join(KEYS)}, got {policy!r}")
-    check_known_keys(cfg, KEYS[policy], PREFIX)
-    if policy == "greedy":
+    if policy not in SCHEMAS:
+        raise ConfigError(
+            f"{PREFIX}.policy", f"must be one of {', '.join(SCHEMAS)}, got {policy!r}"
+        )
+    c = check_schema(cfg, SCHEMAS[policy], PREFIX)
+    if isinstance(c, BoltzmannConfig):
+        return Exploration(
+            policy, temperature=_schedule(c.temperature, c.temperature_kind, "temperature", False)
+        )
+    if not isinstance(c, EpsilonGreedyConfig):
         return Exploration("greedy")
-    if policy == "boltzmann":
-        return Exploration(policy, temperature=_schedule(cfg, "temperature", False))
-    epsilon = _schedule(cfg, "epsilon", True)
-    hold_max = cfg.get("hold_max", 1)
-    ok = isinstance(hold_max, int) and not isinstance(hold_max, bool) and hold_max >= 1
-    require(ok, f"{PREFIX}.hold_max", f"must be an integer >= 1 (1: no holds), got {hold_max!r}")
-    hold_mu = cfg.get("hold_mu", 2.0)
-    ok = isinstance(hold_mu, int | float) and not isinstance(hold_mu, bool) and hold_mu >= 0
-    require(ok, f"{PREFIX}.hold_mu", f"must be a number >= 0, got {hold_mu!r}")
-    hold = {"hold_mu": float(hold_mu), "hold_max": hold_max}
-    if policy == "epsilon_greedy":
+    epsilon = _schedule(c.epsilon, c.epsilon_kind, "epsilon", True)
+    hold = {"hold_mu": float(c.hold_mu), "hold_max": int(c.hold_max)}
+    if not isinstance(c, LinesightConfig):
         return Exploration(policy, epsilon=epsilon, **hold)
-    eps_b = _schedule(cfg, "epsilon_boltzmann", True)
-    noise = cfg.get("noise_scale", 0.01)
-    ok = isinstance(noise, int | float) and not isinstance(noise, bool) and noise >= 0
-    require(ok, f"{PREFIX}.noise_scale", f"must be a number >= 0, got {noise!r}")
+    eps_b = _schedule(c.epsilon_boltzmann, c.epsilon_boltzmann_kind, "epsilon_boltzmann", True)
     return Exploration(
-        policy, epsilon=epsilon, epsilon_boltzmann=eps_b, noise_scale=float(noise), **hold
+        policy, epsilon=epsilon, epsilon_boltzmann=eps_b, noise_scale=float(c.noise_scale), **hold
     )

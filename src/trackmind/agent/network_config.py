@@ -7,60 +7,66 @@ before any process starts, so a bad preset never costs a collector or a checkpoi
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import MISSING
 
 from trackmind.agent.network import IQNNetwork, conv_output_shape
-from trackmind.errors import ConfigError, check_known_keys, require
+from trackmind.errors import check_schema, require
 
 PREFIX = "network"
 COMPILE_MODES = ("none", "script", "compile")
-DEFAULTS = {
-    "conv_channels": [16, 32, 64, 32],
-    "conv_kernels": [4, 4, 3, 3],
-    "conv_strides": [2, 2, 2, 1],
-    "float_hidden": [256, 256],
-    "embedding_dim": 64,
-    "dense_hidden": 512,
-    "n_actions": 12,
-    "n_quantiles_train": 8,
-    "n_quantiles_inference": 32,
-    "compile": "none",
-}
-KNOWN = {"image_shape", "float_dim", *DEFAULTS}
 
 
-@dataclass(frozen=True)
+@dataclass
 class NetworkConfig:
-    """A checked network config: constructor arguments plus how the learner uses them."""
+    """The ``network`` group: IQNNetwork's arguments plus how the learner and collectors use
+    it (quantile counts, compile). Checked by check_schema; ``network_config`` then checks
+    it against the environment. Unset keys take Linesight's sizes."""
 
-    image_shape: tuple[int, int, int] | None
-    float_dim: int
-    conv_channels: tuple[int, ...]
-    conv_kernels: tuple[int, ...]
-    conv_strides: tuple[int, ...]
-    float_hidden: tuple[int, ...]
-    embedding_dim: int
-    dense_hidden: int
-    n_actions: int
-    n_quantiles_train: int
-    n_quantiles_inference: int
-    compile: str
+    image_shape: Any = MISSING  # [C, H, W], or null for a floats-only network
+    float_dim: Any = None  # null: the environment's
+    conv_channels: list[int] = field(default_factory=lambda: [16, 32, 64, 32])
+    conv_kernels: list[int] = field(default_factory=lambda: [4, 4, 3, 3])
+    conv_strides: list[int] = field(default_factory=lambda: [2, 2, 2, 1])
+    float_hidden: list[int] = field(default_factory=lambda: [256, 256])
+    embedding_dim: int = 64
+    dense_hidden: int = 512
+    n_actions: int = 12
+    n_quantiles_train: int = 8
+    n_quantiles_inference: int = 32
+    compile: Any = "none"  # none | script | compile (null: none)
+
+    def __post_init__(self) -> None:
+        for name in ("conv_channels", "conv_kernels", "conv_strides", "float_hidden"):
+            setattr(self, name, _int_list(getattr(self, name), name))
+        for name in ("embedding_dim", "dense_hidden", "n_actions", "n_quantiles_inference"):
+            _positive_int(getattr(self, name), name)
+        n_train = _positive_int(self.n_quantiles_train, "n_quantiles_train")
+        require(
+            n_train % 2 == 0,
+            f"{PREFIX}.n_quantiles_train",
+            f"must be even for stratified symmetric taus, got {n_train}",
+        )
+        self.compile = self.compile if self.compile is not None else "none"
+        require(
+            self.compile in COMPILE_MODES,
+            f"{PREFIX}.compile",
+            f"must be one of {', '.join(COMPILE_MODES)}, got {self.compile!r}",
+        )
+        if self.float_dim is not None:
+            _positive_int(self.float_dim, "float_dim")
+        if self.image_shape is not None:
+            shape = _int_list(self.image_shape, "image_shape")
+            key = f"{PREFIX}.image_shape"
+            require(len(shape) == 3, key, f"must be [C, H, W], got {list(shape)}")
+            self.image_shape = shape
 
     def constructor_kwargs(self) -> dict:
         """Arguments for IQNNetwork (everything but the three learner/collector settings)."""
         skip = {"n_quantiles_train", "n_quantiles_inference", "compile"}
         return {k: v for k, v in self.__dict__.items() if k not in skip}
-
-
-def _to_dict(cfg: Mapping) -> dict:
-    try:
-        from omegaconf import DictConfig, OmegaConf
-
-        if isinstance(cfg, DictConfig):
-            return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
-    except ImportError:  # pragma: no cover - omegaconf is a dependency
-        pass
-    return dict(cfg)
 
 
 def _positive_int(value: object, key: str) -> int:
@@ -75,42 +81,35 @@ def _int_list(value: object, key: str) -> tuple[int, ...]:
     return tuple(_positive_int(v, key) for v in value)  # type: ignore[union-attr]
 
 
-def _image_shape(cfg: dict, frame_shape: tuple[int, int] | None) -> tuple[int, int, int] | None:
-    key = f"{PREFIX}.image_shape"
-    require("image_shape" in cfg, key, "missing (a [C, H, W] list, or null for no image)")
-    value = cfg["image_shape"]
-    if value is None:
+def _image_shape(
+    shape: tuple[int, int, int] | None, frame_shape: tuple[int, int] | None
+) -> tuple[int, int, int] | None:
+    if shape is None:
         return None
-    shape = _int_list(value, "image_shape")
-    require(len(shape) == 3, key, f"must be [C, H, W], got {list(shape)}")
+    key = f"{PREFIX}.image_shape"
     require(frame_shape is not None, key, "the environment renders no frames: set it to null")
     env = (1, *frame_shape)  # type: ignore[misc]
-    require(
-        shape == env,
-        key,
-        f"{list(shape)} does not match the environment's frames {env}",
-    )
-    return shape  # type: ignore[return-value]
+    require(shape == env, key, f"{list(shape)} does not match the environment's frames {env}")
+    return shape
 
 
-def _conv_stack(cfg: dict, image_shape: tuple[int, int, int] | None) -> tuple[tuple, ...]:
-    lists = tuple(_int_list(cfg[k], k) for k in ("conv_channels", "conv_kernels", "conv_strides"))
-    if image_shape is None:
-        return lists
+def _check_conv_stack(nc: NetworkConfig) -> None:
+    if nc.image_shape is None:
+        return
+    lists = (nc.conv_channels, nc.conv_kernels, nc.conv_strides)
     require(
         len(set(map(len, lists))) == 1,
         f"{PREFIX}.conv_channels",
         "conv_channels, conv_kernels and conv_strides need the same length, "
         f"got {', '.join(str(len(x)) for x in lists)}",
     )
-    _, h, w = conv_output_shape(image_shape, *lists)
+    _, h, w = conv_output_shape(nc.image_shape, *lists)
     require(
         h > 0 and w > 0,
         f"{PREFIX}.conv_kernels",
-        f"the conv stack shrinks the {image_shape[1]}x{image_shape[2]} image to nothing "
+        f"the conv stack shrinks the {nc.image_shape[1]}x{nc.image_shape[2]} image to nothing "
         f"({h}x{w}): use fewer layers, smaller kernels or strides",
     )
-    return lists
 
 
 def network_config(
@@ -121,48 +120,17 @@ def network_config(
     ``float_dim`` may be null in the config (take the environment's); ``frame_shape`` is
     (H, W) of the environment's 1-channel frames, or None when it renders none.
     """
-    given = _to_dict(cfg)
-    check_known_keys(given, KNOWN, PREFIX)
-    merged = {**DEFAULTS, **given}
-
-    cfg_float_dim = merged.get("float_dim")
-    if cfg_float_dim is not None:
-        _positive_int(cfg_float_dim, "float_dim")
+    nc = check_schema(cfg, NetworkConfig, PREFIX)
+    if nc.float_dim is not None:
         require(
-            cfg_float_dim == float_dim,
+            nc.float_dim == float_dim,
             f"{PREFIX}.float_dim",
-            f"{cfg_float_dim} does not match the environment's {float_dim} floats",
+            f"{nc.float_dim} does not match the environment's {float_dim} floats",
         )
-    image_shape = _image_shape(merged, frame_shape)
-    channels, kernels, strides = _conv_stack(merged, image_shape)
-
-    n_train = _positive_int(merged["n_quantiles_train"], "n_quantiles_train")
-    require(
-        n_train % 2 == 0,
-        f"{PREFIX}.n_quantiles_train",
-        f"must be even for stratified symmetric taus, got {n_train}",
-    )
-    mode = merged["compile"] if merged["compile"] is not None else "none"
-    if mode not in COMPILE_MODES:
-        raise ConfigError(
-            f"{PREFIX}.compile", f"must be one of {', '.join(COMPILE_MODES)}, got {mode!r}"
-        )
-    return NetworkConfig(
-        image_shape=image_shape,
-        float_dim=float_dim,
-        conv_channels=channels,
-        conv_kernels=kernels,
-        conv_strides=strides,
-        float_hidden=_int_list(merged["float_hidden"], "float_hidden"),
-        embedding_dim=_positive_int(merged["embedding_dim"], "embedding_dim"),
-        dense_hidden=_positive_int(merged["dense_hidden"], "dense_hidden"),
-        n_actions=_positive_int(merged["n_actions"], "n_actions"),
-        n_quantiles_train=n_train,
-        n_quantiles_inference=_positive_int(
-            merged["n_quantiles_inference"], "n_quantiles_inference"
-        ),
-        compile=mode,
-    )
+    nc.float_dim = float_dim
+    nc.image_shape = _image_shape(nc.image_shape, frame_shape)
+    _check_conv_stack(nc)
+    return nc
 
 
 def build_network(

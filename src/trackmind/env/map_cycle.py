@@ -11,12 +11,50 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from trackmind.errors import ConfigError, check_known_keys
+from omegaconf import MISSING
+
+from trackmind.errors import ConfigError, check_schema, require
 from trackmind.sim.mapio import load_map
 from trackmind.sim.track import MapError, Track
 
-# a real map also names its challenge file and its author/medal time (conf/map/<name>.yaml)
-ENTRY_KEYS = {"map", "exploration", "greedy", "challenge", "reference_time_ms", "laps", "closed"}
+
+@dataclass
+class CycleEntryConfig:
+    """One item of `map.cycle` (a bare string is `{map: <string>}`)."""
+
+    map: str = MISSING  # a built-in map's name or a map file
+    exploration: int = 4  # exploring races, then ...
+    greedy: int = 1  # ... greedy (evaluation) races
+    laps: int | None = None  # None: what the map itself says
+    closed: bool | None = None
+    # a real map also names its challenge file and its author/medal time (conf/map/<name>.yaml)
+    challenge: str | None = None
+    reference_time_ms: float | None = None
+
+    def __post_init__(self) -> None:
+        require(bool(self.map), "map", f"must be a map name or file, got {self.map!r}")
+        for name in ("exploration", "greedy"):
+            v = getattr(self, name)
+            require(v >= 0, name, f"must be an integer >= 0, got {v!r}")
+        laps, ref = self.laps, self.reference_time_ms
+        require(laps is None or laps >= 1, "laps", f"must be an integer >= 1, got {laps!r}")
+        require(
+            self.challenge is None or bool(self.challenge),
+            "challenge",
+            f"must be a challenge file name, got {self.challenge!r}",
+        )
+        require(ref is None or ref > 0, "reference_time_ms", f"must be a time > 0 ms, got {ref!r}")
+
+
+def entry_config(item: Any, key: str) -> CycleEntryConfig:
+    """One cycle item checked (check_schema); range errors name `key.<field>` too."""
+    item = {"map": item} if isinstance(item, str) else item
+    try:
+        return check_schema(item, CycleEntryConfig, key)
+    except ConfigError as e:
+        if e.key.startswith(key):
+            raise
+        raise ConfigError(f"{key}.{e.key}", str(e).split(": ", 1)[1]) from None
 
 
 @dataclass(frozen=True)
@@ -75,52 +113,22 @@ class MapCycle:
         entries, loaded = [], {}
         for i, item in enumerate(cfg):
             k = f"{key}[{i}]"
-            item = {"map": item} if isinstance(item, str) else dict(item)
-            check_known_keys(item, ENTRY_KEYS, k)
-            spec = item.get("map")
-            if not isinstance(spec, str) or not spec:
-                raise ConfigError(f"{k}.map", f"must be a map name or file, got {spec!r}")
-            counts = {}
-            for name, default in (("exploration", 4), ("greedy", 1)):
-                v = item.get(name, default)
-                if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-                    raise ConfigError(f"{k}.{name}", f"must be an integer >= 0, got {v!r}")
-                counts[name] = v
-            shape = circuit_keys(item, k)
-            if (spec, *shape) not in loaded:
+            c = entry_config(item, k)
+            shape = (c.laps, c.closed)
+            if (c.map, *shape) not in loaded:
                 try:
-                    load_map(spec)  # a map that loads as it is: a problem lies in laps/closed
+                    load_map(c.map)  # a map that loads as it is: a problem lies in laps/closed
                 except MapError as e:
                     raise ConfigError(f"{k}.map", str(e)) from None
                 try:
-                    loaded[(spec, *shape)] = load_map(spec, laps=shape[0], closed=shape[1])
+                    loaded[(c.map, *shape)] = load_map(c.map, laps=c.laps, closed=c.closed)
                 except MapError as e:
-                    bad = "laps" if shape[0] is not None else "closed"
+                    bad = "laps" if c.laps is not None else "closed"
                     raise ConfigError(f"{k}.{bad}", str(e)) from None
-            track, challenge = real_map_keys(item, loaded[(spec, *shape)], k)
-            entries.append(CycleEntry(spec, track, **counts, challenge=challenge))
+            track = loaded[(c.map, *shape)]
+            if c.reference_time_ms is not None:
+                track = replace(track, reference_time_ms=float(c.reference_time_ms))
+            entries.append(CycleEntry(c.map, track, c.exploration, c.greedy, c.challenge))
         if all(e.exploration + e.greedy == 0 for e in entries):
             raise ConfigError(key, "every entry has 0 races")
         return cls(entries)
-
-
-def circuit_keys(item: Mapping, key: str) -> tuple[int | None, bool | None]:
-    """The entry's `laps` and `closed` (None: what the map itself says)."""
-    laps, closed = item.get("laps"), item.get("closed")
-    if laps is not None and (isinstance(laps, bool) or not isinstance(laps, int) or laps < 1):
-        raise ConfigError(f"{key}.laps", f"must be an integer >= 1, got {laps!r}")
-    if closed is not None and not isinstance(closed, bool):
-        raise ConfigError(f"{key}.closed", f"must be true or false, got {closed!r}")
-    return laps, closed
-
-
-def real_map_keys(item: Mapping, track: Track, key: str) -> tuple[Track, str | None]:
-    """The entry's challenge file, and its track carrying the given reference time."""
-    challenge, ref = item.get("challenge"), item.get("reference_time_ms")
-    if challenge is not None and (not isinstance(challenge, str) or not challenge):
-        raise ConfigError(f"{key}.challenge", f"must be a challenge file name, got {challenge!r}")
-    if ref is not None:
-        if isinstance(ref, bool) or not isinstance(ref, (int, float)) or not ref > 0:
-            raise ConfigError(f"{key}.reference_time_ms", f"must be a time > 0 ms, got {ref!r}")
-        track = replace(track, reference_time_ms=float(ref))
-    return track, challenge

@@ -23,12 +23,11 @@ from typing import Any
 
 import numpy as np
 
-from trackmind.errors import ConfigError, check_known_keys
+from trackmind.errors import check_schema, require
 
-KEYS = {"share", "spacing_m", "lead_m", "keep", "floor", "min_speed"}
+KEY = "exploration.starts"
 
-
-@dataclass(frozen=True)
+@dataclass
 class StartsConfig:
     """`exploration.starts`: how many exploration races start mid-track, and from where."""
 
@@ -39,32 +38,21 @@ class StartsConfig:
     floor: float = 0.2  # share of the draws spread evenly over every point reached
     min_speed: float = 3.0  # m/s: slower states (stuck, against a wall) are not saved
 
-    @staticmethod
-    def from_config(cfg: Mapping | None, key: str = "exploration.starts") -> StartsConfig:
-        if cfg is None:
-            return StartsConfig()
-        if not isinstance(cfg, Mapping):
-            raise ConfigError(key, f"must be a mapping of {sorted(KEYS)}, got {cfg!r}")
-        check_known_keys(cfg, KEYS, key)
-        out = StartsConfig(**{k: cfg[k] for k in cfg})
+    def __post_init__(self) -> None:
         checks = (
-            ("share", 0.0 <= _num(out.share) <= 1.0, "a share in [0, 1]"),
-            ("spacing_m", _num(out.spacing_m) > 0, "a distance > 0"),
-            ("lead_m", _num(out.lead_m) >= 0, "a distance >= 0"),
-            ("keep", isinstance(out.keep, int) and out.keep >= 1, "an integer >= 1"),
-            ("floor", 0.0 <= _num(out.floor) <= 1.0, "a share in [0, 1]"),
-            ("min_speed", _num(out.min_speed) >= 0, "a speed >= 0"),
+            ("share", 0.0 <= self.share <= 1.0, "a share in [0, 1]"),
+            ("spacing_m", self.spacing_m > 0, "a distance > 0"),
+            ("lead_m", self.lead_m >= 0, "a distance >= 0"),
+            ("keep", self.keep >= 1, "an integer >= 1"),
+            ("floor", 0.0 <= self.floor <= 1.0, "a share in [0, 1]"),
+            ("min_speed", self.min_speed >= 0, "a speed >= 0"),
         )
         for name, ok, need in checks:
-            if not ok:
-                raise ConfigError(f"{key}.{name}", f"must be {need}, got {getattr(out, name)!r}")
-        return out
+            require(ok, f"{KEY}.{name}", f"must be {need}, got {getattr(self, name)!r}")
 
-
-def _num(v: Any) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return float("nan")
-    return float(v)
+    @staticmethod
+    def from_config(cfg: Mapping | None) -> StartsConfig:
+        return check_schema(cfg, StartsConfig, KEY)
 
 
 def start_point_weights(ends: np.ndarray, reached: np.ndarray, floor: float) -> np.ndarray:

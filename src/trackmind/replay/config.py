@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any
 
-from trackmind.errors import check_known_keys, require
+from trackmind.errors import check_schema, require
 
 
 def capacity_at(schedule: Sequence[tuple[int, int]], frames: float) -> int:
@@ -31,15 +31,12 @@ def _is_number(x: Any) -> bool:
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
 
 
-@dataclass(frozen=True)
+@dataclass
 class BufferConfig:
-    """Replay settings; mirrors conf/buffer/default.yaml."""
+    """Replay settings; its fields are the keys of conf/buffer/default.yaml (check_schema)."""
 
-    capacity_schedule: tuple[tuple[int, int], ...] = (
-        (0, 50_000),
-        (5_000_000, 100_000),
-        (7_000_000, 200_000),
-    )
+    # [[frames, capacity], ...]: a staircase, checked and made a tuple of pairs
+    capacity_schedule: Any = ((0, 50_000), (5_000_000, 100_000), (7_000_000, 200_000))
     learning_starts: int = 20_000
     test_fraction: float = 0.05
     chunk_length: int = 64
@@ -54,25 +51,21 @@ class BufferConfig:
     # a race cut by one of these termination terms is lost: it ends there, and the rest of
     # its mini-race goes on at the reward rate of its last `lost_rate_actions` actions
     # (nstep.py); empty (the default) bootstraps from the cut state, as Linesight does
-    lost_ends: tuple[str, ...] = ()
+    lost_ends: Any = ()
     lost_rate_actions: int = 10
 
+    def __post_init__(self) -> None:
+        self.capacity_schedule = _schedule(self.capacity_schedule, "buffer")
+        ends = self.lost_ends
+        ok = isinstance(ends, list | tuple) and all(isinstance(e, str) for e in ends)
+        require(ok, "buffer.lost_ends", f"must be a list of termination terms, got {ends!r}")
+        self.lost_ends = tuple(ends)
+        self.validate()
+
     @classmethod
-    def from_dict(cls, cfg: Mapping[str, Any] | None, prefix: str = "buffer") -> BufferConfig:
-        """Validate a config mapping (plain dict or OmegaConf DictConfig); defaults fill gaps."""
-        given = dict(cfg or {})
-        known = [f.name for f in fields(cls)]
-        check_known_keys(given, known, prefix)
-        if "capacity_schedule" in given:
-            given["capacity_schedule"] = _schedule(given["capacity_schedule"], prefix)
-        if "lost_ends" in given:
-            ends = given["lost_ends"]
-            ok = isinstance(ends, list | tuple) and all(isinstance(e, str) for e in ends)
-            require(ok, f"{prefix}.lost_ends", f"must be a list of termination terms, got {ends!r}")
-            given["lost_ends"] = tuple(ends)
-        conf = cls(**given)
-        conf.validate(prefix)
-        return conf
+    def from_dict(cls, cfg: Mapping[str, Any] | None) -> BufferConfig:
+        """The ``buffer`` group (plain dict or DictConfig) checked; defaults fill gaps."""
+        return check_schema(cfg, cls, "buffer")
 
     def validate(self, prefix: str = "buffer") -> None:
         def key(name: str) -> str:

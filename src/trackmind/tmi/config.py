@@ -16,9 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from trackmind.errors import ConfigError, require
+from trackmind.errors import ConfigError, check_schema, require
 from trackmind.sim.maps import builtin_names
-from trackmind.training.schema import check_schema
 
 KEY = "env.tminterface"
 RT_KEY = "env.realtime"

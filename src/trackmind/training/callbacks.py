@@ -1,4 +1,5 @@
-"""Lightning callbacks: CollectorCallback (the collector processes) and RaceMetricsCallback.
+"""Lightning callbacks: CollectorCallback (the collector processes), RaceMetricsCallback and
+StopWhenStarved.
 
 CollectorCallback publishes the initial weights and starts the pool at fit start, checks it
 after every batch (a dead collector is logged and restarted), and stops it at fit end, on
@@ -44,6 +45,19 @@ class CollectorCallback(L.Callback):
 
     def teardown(self, trainer, pl_module, stage) -> None:
         self.pool.stop()
+
+
+class StopWhenStarved(L.Callback):
+    """Ends fit once the DataModule's stream ran dry past its deadline (no collectors left):
+    the DataModule only reports `starved`, steering the trainer is a callback's job."""
+
+    def __init__(self, dm: ReplayDataModule) -> None:
+        self.dm = dm
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        if self.dm.starved:
+            log.warning("no data from the collectors before the deadline: stopping")
+            trainer.should_stop = True
 
 
 class RaceMetricsCallback(L.Callback):

@@ -72,6 +72,8 @@ class ReplayDataModule(L.LightningDataModule):
         stats: RaceStats | None = None,
         check_collectors: Callable[[], Any] | None = None,
         val_batches: int = 4,
+        wait_limit_s: float | None = None,
+        on_best_race: Callable[[dict], None] | None = None,
     ) -> None:
         super().__init__()
         self.buffers = buffers
@@ -83,8 +85,13 @@ class ReplayDataModule(L.LightningDataModule):
         self.stats = stats or RaceStats()
         self.check_collectors = check_collectors or (lambda: None)
         self.val_batches = int(val_batches)
-        self.on_best_race: Callable[[dict], None] = lambda r: None  # e.g. keep best.pt
-        self.deadline: float | None = None  # time.monotonic() after which waiting ends the run
+        self.on_best_race = on_best_race or (lambda r: None)  # e.g. keep best.pt
+        # a learner starved of data (collectors gone) ends its stream this long after fit
+        # starts; StopWhenStarved then stops the trainer (Lightning's timer checks only
+        # between batches)
+        self.wait_limit_s = wait_limit_s
+        self.deadline: float | None = None  # time.monotonic(), set when fit asks for data
+        self.starved = False
         self.transitions_added = 0
         self.transitions_at_start: int | None = None
         self.samples_served = 0  # this session's (the replay ratio counts from here)
@@ -147,7 +154,7 @@ class ReplayDataModule(L.LightningDataModule):
     def next_batch(self) -> dict[str, torch.Tensor] | None:
         """The next training batch, once the buffer and the replay ratio allow it.
 
-        None when the run's deadline passes while waiting (the trainer is told to stop).
+        None when the run's deadline passes while waiting (`starved`: the stream ends).
         """
         t0 = time.perf_counter()
         while True:
@@ -167,9 +174,7 @@ class ReplayDataModule(L.LightningDataModule):
             self.check_collectors()
             self.drain(block_s=0.05)
             if self.deadline is not None and time.monotonic() > self.deadline:
-                trainer = getattr(self, "trainer", None)
-                if trainer is not None:
-                    trainer.should_stop = True
+                self.starved = True
                 return None
         t1 = time.perf_counter()
         self.wait_s += t1 - t0
@@ -206,6 +211,8 @@ class ReplayDataModule(L.LightningDataModule):
         self.stats.load_state_dict(state["stats"])
 
     def train_dataloader(self) -> DataLoader:
+        if self.wait_limit_s is not None:
+            self.deadline = time.monotonic() + float(self.wait_limit_s)
         return DataLoader(_TrainStream(self), batch_size=None, num_workers=0)
 
     def val_dataloader(self) -> DataLoader:

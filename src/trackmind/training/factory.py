@@ -17,13 +17,12 @@ import numpy as np
 from trackmind.env.build import build_managers, float_dim_of, frame_shape_of, make_race
 from trackmind.env.map_cycle import MapCycle
 from trackmind.env.observations import FLOATS
-from trackmind.errors import check_known_keys, require
+from trackmind.errors import check_known_keys, check_schema, require
 from trackmind.training.schema import (
     CheckpointConfig,
     CollectorConfig,
     LoggerConfig,
     TrainerConfig,
-    check_schema,
 )
 
 TOP_KEYS = {

@@ -24,8 +24,7 @@ from omegaconf import MISSING
 from trackmind.agent.loss import NonFiniteGuard, iqn_loss
 from trackmind.agent.network import IQNNetwork, random_taus, stratified_symmetric_taus
 from trackmind.agent.schedules import Schedule
-from trackmind.errors import ConfigError, check_known_keys, require
-from trackmind.training.schema import check_schema
+from trackmind.errors import ConfigError, check_known_keys, check_schema, require
 
 
 def soft_update(target: torch.nn.Module, online: torch.nn.Module, tau: float) -> None:

@@ -12,7 +12,7 @@ import json
 import logging
 import math
 import os
-import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
@@ -29,7 +29,12 @@ from trackmind.replay.buffers import make_buffers
 from trackmind.sim.reference import reference_time_ms
 from trackmind.tracking.mlflow_run import close_run, is_mlflow, open_run, start_system_metrics
 from trackmind.training.best_weights import BestRaceKeeper, WeightHistory, WeightPublisher
-from trackmind.training.callbacks import CollectorCallback, RaceMetricsCallback, TrialPruning
+from trackmind.training.callbacks import (
+    CollectorCallback,
+    RaceMetricsCallback,
+    StopWhenStarved,
+    TrialPruning,
+)
 from trackmind.training.checkpoint import (
     CheckpointCallback,
     check_network_matches,
@@ -105,9 +110,12 @@ def build_learner(plan: RunPlan, resumed_state: dict | None) -> Learner:
     return Learner(module, shared, buffers, history)
 
 
-def build_data(plan: RunPlan, learner: Learner, pool: CollectorPool) -> ReplayDataModule:
+def build_data(
+    plan: RunPlan, learner: Learner, pool: CollectorPool, on_best_race: Callable[[dict], None]
+) -> ReplayDataModule:
     """The DataModule that streams batches from the buffers the collectors fill."""
     cfg, entries = plan.cfg, plan.cycle.entries
+    max_time_s = cfg["trainer"].get("max_time_s")
     stats = RaceStats(
         reference_ms={e.name: reference_time_ms(e.track) for e in entries},
         length_m={e.name: e.track.length_m for e in entries},
@@ -122,6 +130,9 @@ def build_data(plan: RunPlan, learner: Learner, pool: CollectorPool) -> ReplayDa
         stats=stats,
         check_collectors=pool.check,
         val_batches=int(cfg["trainer"]["limit_val_batches"]),
+        # a learner starved of data still stops (Lightning's timer first)
+        wait_limit_s=float(max_time_s) + 60.0 if max_time_s else None,
+        on_best_race=on_best_race,
     )
 
 
@@ -227,12 +238,11 @@ def wire_run(plan: RunPlan, output_dir: Path, learner: Learner) -> RunParts:
     pool = make_collector_pool(
         cfg, learner.shared, int(ccfg["processes"]), int(ccfg["max_restarts"]), seed
     )
-    dm = build_data(plan, learner, pool)
     tracks = {e.name: e.track for e in plan.cycle.entries}
     maps = [e.name for e in plan.cycle.entries]  # a map repeated in the cycle counts again
     media = BestRaceMedia(output_dir, tracks, float(cfg["logger"].get("media_every_s", 120)))
     best = BestRaceKeeper(output_dir / "best.pt", cfg, learner.history, learner.module, media)
-    dm.on_best_race = best
+    dm = build_data(plan, learner, pool, on_best_race=best)
     pool.on_restart = restarts = RestartLog(dm)
     ck = cfg["checkpoint"]  # filled in and checked by plan_run (schema.CheckpointConfig)
     ckpt_cb = CheckpointCallback(
@@ -242,7 +252,14 @@ def wire_run(plan: RunPlan, output_dir: Path, learner: Learner) -> RunParts:
     log_every = float(cfg["logger"].get("log_every_s", 10))
     metrics_cb = RaceMetricsCallback(dm, log_every, pool, epsilon)
     pruning = TrialPruning(partial(objective, dm.stats, maps))  # in Optuna sweeps
-    callbacks = [CollectorCallback(pool, learner.shared), metrics_cb, ckpt_cb, media, pruning]
+    callbacks = [
+        CollectorCallback(pool, learner.shared),
+        StopWhenStarved(dm),
+        metrics_cb,
+        ckpt_cb,
+        media,
+        pruning,
+    ]
     if tcfg.get("progress_bar", True):
         callbacks.append(RaceProgressBar(metrics_cb, budget_s=tcfg.get("max_time_s")))
     return RunParts(
@@ -318,8 +335,6 @@ def train(
     sysmon = start_system_metrics(logger, cfg["logger"]) if is_mlflow(logger) else None
     if resume is not None:
         log.info("resuming from %s", resume)
-    if tcfg.get("max_time_s"):  # a learner starved of data still stops (Lightning's timer first)
-        parts.dm.deadline = time.monotonic() + float(tcfg["max_time_s"]) + 60.0
     try:
         stop_signal = fit(trainer, learner.module, parts.dm, resume, parts.ckpt_cb)
     finally:

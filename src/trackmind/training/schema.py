@@ -1,42 +1,21 @@
-"""Structured-config schemas and the one way groups are checked against them.
+"""Schemas of the run-level groups: trainer, logger, checkpoint, collector.
 
-Each dataclass mirrors what its group configures; `check_schema` merges the composed group
-into it with OmegaConf (unknown keys and wrong types are refused, "30" becomes 30) and then
-instantiates it, so `__post_init__` checks ranges. Every failure becomes one ConfigError
-naming the full key. Run-level groups live here (trainer, logger, checkpoint, collector);
-the learner's schema is beside its module (training.module.LearnerConfig), collector=ray's
-in distributed.config. The network, buffer and exploration groups are still checked by
-their own builders (network_config, BufferConfig, build_exploration) and the env and reward
-groups by the terms' registries; plan_run calls all of them before anything starts.
+Every group is a dataclass whose fields are its keys, checked by the one function
+`trackmind.errors.check_schema` (OmegaConf merge: unknown keys and wrong types refused;
+`__post_init__`: ranges). Groups that configure one part keep their schema beside it:
+learner (training.module.LearnerConfig), buffer (replay.config.BufferConfig), collector=ray
+(distributed.config), the real game (tmi.config). plan_run checks all of them before
+anything starts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
-from omegaconf import MISSING, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf import MISSING
 
-from trackmind.errors import ConfigError, require
-
-T = TypeVar("T")
-
-
-def check_schema(section: Mapping | None, schema: type[T], key: str) -> T:
-    """The section as a validated `schema` instance; ConfigError naming `key.<field>`."""
-    require(section is None or isinstance(section, Mapping), key, "must be a mapping")
-    try:
-        merged = OmegaConf.merge(OmegaConf.structured(schema), dict(section or {}))
-        return OmegaConf.to_object(merged)  # type: ignore[return-value]
-    except OmegaConfBaseException as e:
-        sub = getattr(e, "full_key", None) or ""
-        msg = (getattr(e, "msg", None) or str(e)).splitlines()[0]
-        if "not in" in msg and sub:  # an unknown key: list the known ones
-            known = ", ".join(sorted(schema.__dataclass_fields__))  # type: ignore[attr-defined]
-            msg = f"unknown key (allowed: {known})"
-        raise ConfigError(f"{key}.{sub}" if sub else key, msg) from None
+from trackmind.errors import require
 
 
 @dataclass
