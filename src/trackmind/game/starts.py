@@ -27,6 +27,7 @@ from trackmind.errors import check_schema, require
 
 KEY = "exploration.starts"
 
+
 @dataclass
 class StartsConfig:
     """`exploration.starts`: how many exploration races start mid-track, and from where."""
