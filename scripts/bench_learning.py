@@ -146,9 +146,11 @@ def table(rows: list[dict]) -> str:
         name = r["map"] if r["option"] == r["map"] else f"{r['map']} ({r['option']})"
         if r.get("overrides"):
             name += f" `{r['overrides']}`"
+        ff = r["first_finish_min"]
+        first = "never" if ff is None else f"{ff:.1f} min"
         lines.append(
             f"| {name} "
-            f"| {r['minutes']:g} min | {num(r['first_finish_min'], '.1f')} min "
+            f"| {r['minutes']:g} min | {first} "
             f"| {r['finish_rate']:.0%} of {r['late_races']} | {num(r['median_ratio'], '.3f')} "
             f"| {num(r['best_ratio'], '.3f')} | {r['greedy_races']} "
             f"| {'yes' if meets(r) else 'no'} | `{r['run_id'][:8]}` |"

@@ -20,6 +20,7 @@ class ConfigError(ValueError):
 
     def __init__(self, key: str, message: str) -> None:
         self.key = key
+        self.message = message
         super().__init__(f"{key}: {message}")
 
 
@@ -49,12 +50,17 @@ def check_schema(section: Mapping | None, schema: type[T], key: str) -> T:
     The one way a config group is checked: the group's dataclass (its fields are the keys,
     mirroring what it configures) is merged with the composed section by OmegaConf (unknown
     keys and wrong types are refused, "30" becomes 30), then instantiated, so that its
-    `__post_init__` checks ranges and relations.
+    `__post_init__` checks ranges and relations (naming a field alone is enough: the error
+    comes out under `key`).
     """
     require(section is None or isinstance(section, Mapping), key, "must be a mapping")
     try:
         merged = OmegaConf.merge(OmegaConf.structured(schema), dict(section or {}))
         return OmegaConf.to_object(merged)  # type: ignore[return-value]
+    except ConfigError as e:  # from __post_init__: a bare field name goes under `key`
+        if e.key == key or e.key.startswith((f"{key}.", f"{key}[")):
+            raise
+        raise ConfigError(f"{key}.{e.key}", e.message) from None
     except OmegaConfBaseException as e:
         sub = getattr(e, "full_key", None) or ""
         msg = (getattr(e, "msg", None) or str(e)).splitlines()[0]

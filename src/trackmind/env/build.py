@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import trackmind.env.obs_terms  # noqa: F401  (registers the observation terms)
@@ -20,7 +21,7 @@ from trackmind.env.observations import FLOATS, ObservationManager, build_observa
 from trackmind.env.race import VecRace
 from trackmind.env.rewards import RewardManager, build_reward_manager
 from trackmind.env.terminations import TerminationManager, build_termination_manager
-from trackmind.errors import ConfigError, check_known_keys, require
+from trackmind.errors import ConfigError, check_schema, require
 
 _FLOAT_GROUP = {
     "mini_race_clock": {},
@@ -61,19 +62,40 @@ DEFAULT_REWARD: dict = {
         "zone_distance": {"weight": 1.0, "params": {"scale": -0.1, "min_m": 2.0, "max_m": 25.0}},
     },
 }
-ENV_KEYS = {
-    "backend",
-    "frame_shape",
-    "tick_ms",
-    "ticks_per_action",
-    "zone_spacing_m",
-    "vehicle",
-    "camera",
-    "observation",
-    "termination",
-    "tminterface",  # the real game (conf/env/tminterface.yaml, trackmind.tmi.config)
-    "realtime",  # rtgym-style real-time steps over any game (trackmind.tmi.realtime)
-}
+
+
+@dataclass
+class EnvConfig:
+    """The ``env`` group's keys (conf/env/sim.yaml, tminterface.yaml); the managers' sections
+    are checked by their own schemas (ObservationConfig, TerminationConfig)."""
+
+    backend: str = DEFAULT_ENV["backend"]  # sim | tminterface
+    frame_shape: Any = None  # [H, W] (frame_shape_of checks it), null: no frames
+    tick_ms: int = DEFAULT_ENV["tick_ms"]
+    ticks_per_action: int = DEFAULT_ENV["ticks_per_action"]
+    zone_spacing_m: float = DEFAULT_ENV["zone_spacing_m"]
+    vehicle: Any = None  # overrides of trackmind.sim.vehicle.VehicleParams
+    camera: Any = None  # overrides of trackmind.sim.render.CameraParams
+    observation: Any = None
+    termination: Any = None
+    tminterface: Any = None  # the real game (conf/env/tminterface.yaml, trackmind.tmi.config)
+    realtime: Any = None  # rtgym-style real-time steps over any game (trackmind.tmi.realtime)
+
+    def __post_init__(self) -> None:
+        for name in ("tick_ms", "ticks_per_action"):
+            v = getattr(self, name)
+            require(v > 0, name, f"must be an integer > 0, got {v!r}")
+        zs = self.zone_spacing_m
+        require(zs > 0, "zone_spacing_m", f"must be > 0, got {zs!r}")
+
+    @property
+    def action_ms(self) -> int:
+        return self.tick_ms * self.ticks_per_action
+
+
+def env_config(env_cfg: Mapping | Any, key: str = "env") -> EnvConfig:
+    """The ``env`` group checked (check_schema)."""
+    return check_schema(as_dict(env_cfg, key), EnvConfig, key)
 
 
 def default_env_config() -> dict:
@@ -103,12 +125,11 @@ def build_managers(
     reward_key: str = "reward",
 ) -> tuple[ObservationManager, RewardManager, TerminationManager]:
     """The three managers from config (validated, not yet bound to a game)."""
-    cfg = as_dict(env_cfg, env_key)
-    check_known_keys(cfg, ENV_KEYS, env_key)
-    obs_cfg = renamed_float_group(as_dict(cfg.get("observation"), f"{env_key}.observation"))
+    env = env_config(env_cfg, env_key)
+    obs_cfg = renamed_float_group(as_dict(env.observation, f"{env_key}.observation"))
     obs = build_observation_manager(obs_cfg, f"{env_key}.observation")
     rew = build_reward_manager(reward_cfg, reward_key)
-    term = build_termination_manager(cfg.get("termination"), f"{env_key}.termination")
+    term = build_termination_manager(env.termination, f"{env_key}.termination")
     return obs, rew, term
 
 
@@ -145,33 +166,27 @@ def make_sim_game(env_cfg: Mapping | Any, n_cars: int, maps: Any, key: str = "en
     from trackmind.sim.render import CameraParams
     from trackmind.sim.vehicle import VehicleParams
 
-    cfg = as_dict(env_cfg, key)
-    backend = cfg.get("backend", "sim")
-    require(backend == "sim", f"{key}.backend", f"make_sim_game needs 'sim', got {backend!r}")
-    for name in ("tick_ms", "ticks_per_action"):
-        v = cfg.get(name, DEFAULT_ENV[name])
-        require(isinstance(v, int) and v > 0, f"{key}.{name}", f"must be an integer > 0, got {v!r}")
-    zs = cfg.get("zone_spacing_m", 10.0)
+    env = env_config(env_cfg, key)
     require(
-        isinstance(zs, (int, float)) and zs > 0, f"{key}.zone_spacing_m", f"must be > 0, got {zs!r}"
+        env.backend == "sim", f"{key}.backend", f"make_sim_game needs 'sim', got {env.backend!r}"
     )
     try:
-        vehicle = VehicleParams.from_dict(as_dict(cfg.get("vehicle"), f"{key}.vehicle"))
+        vehicle = VehicleParams.from_dict(as_dict(env.vehicle, f"{key}.vehicle"))
     except (TypeError, ValueError) as e:
         raise ConfigError(f"{key}.vehicle", str(e)) from None
     try:
-        camera = CameraParams(**as_dict(cfg.get("camera"), f"{key}.camera"))
+        camera = CameraParams(**as_dict(env.camera, f"{key}.camera"))
     except (TypeError, ValueError) as e:
         raise ConfigError(f"{key}.camera", str(e)) from None
     return SimGame(
         n_cars,
         maps,
-        frame_shape=frame_shape_of(cfg, key),
+        frame_shape=frame_shape_of(env_cfg, key),
         vehicle=vehicle,
         camera=camera,
-        tick_ms=cfg.get("tick_ms", 10),
-        ticks_per_action=cfg.get("ticks_per_action", 5),
-        zone_spacing_m=float(zs),
+        tick_ms=env.tick_ms,
+        ticks_per_action=env.ticks_per_action,
+        zone_spacing_m=float(env.zone_spacing_m),
     )
 
 

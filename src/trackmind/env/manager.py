@@ -13,12 +13,14 @@ ConfigError naming the config key, before anything runs.
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from trackmind.errors import ConfigError, check_known_keys
+from trackmind.errors import ConfigError, check_known_keys, check_schema, require
 
 _REGISTRY: dict[str, dict[str, type]] = {"observation": {}, "reward": {}, "termination": {}}
 
@@ -81,20 +83,41 @@ class Manager:
         raise KeyError(name)
 
 
-def build_term(kind: str, name: str, spec: Mapping | None, key: str, extra: set[str] = frozenset()):
-    """Build one registered term from its config entry; returns (term, entry).
+@dataclass
+class TermSpec:
+    """One term's entry: its registry name (default: the entry's name) and `params`, the
+    keyword arguments of its class (checked against the constructor's signature)."""
 
-    `spec` holds `type` (registry name, default: the entry name), `params` (constructor
-    keyword arguments) and any manager-level fields listed in `extra` (weight, clip...).
-    """
-    spec = dict(spec or {})
-    check_known_keys(spec, {"type", "params", *extra}, key)
-    type_name = spec.get("type") or name
+    type: str | None = None
+    params: Any = None
+
+
+@dataclass
+class RewardTermSpec(TermSpec):
+    weight: float = 1.0
+    clip: Any = None  # [min, max], null = open
+
+    def __post_init__(self) -> None:
+        require(math.isfinite(self.weight), "weight", f"must be a finite number, got {self.weight}")
+        clip = self.clip
+        if clip is None:
+            return
+        ok = isinstance(clip, list | tuple) and len(clip) == 2
+        ok = ok and all(c is None or isinstance(c, int | float) for c in clip)
+        require(ok, "clip", f"must be [min, max] (null = open), got {clip}")
+        lo, hi = clip
+        require(lo is None or hi is None or lo <= hi, "clip", f"min {lo} is above max {hi}")
+
+
+def build_term(kind: str, name: str, spec: Any, key: str, schema: type[TermSpec] = TermSpec):
+    """Build one registered term from its config entry; returns (term, checked entry)."""
+    entry = check_schema(spec, schema, key)
+    type_name = entry.type or name
     cls = _REGISTRY[kind].get(type_name)
     if cls is None:
         known = ", ".join(registered_terms(kind))
         raise ConfigError(key, f"unknown {kind} term {type_name!r} (known: {known})")
-    params = dict(spec.get("params") or {})
+    params = as_dict(entry.params, f"{key}.params")
     sig = inspect.signature(cls.__init__)
     accepted = {p for p in sig.parameters if p != "self"}
     check_known_keys(params, accepted, f"{key}.params")
@@ -105,7 +128,7 @@ def build_term(kind: str, name: str, spec: Mapping | None, key: str, extra: set[
     except (TypeError, ValueError) as e:
         raise ConfigError(f"{key}.params", str(e)) from None
     term.name = name
-    return term, spec
+    return term, entry
 
 
 def as_dict(cfg: Any, key: str) -> dict:

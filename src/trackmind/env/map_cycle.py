@@ -46,17 +46,6 @@ class CycleEntryConfig:
         require(ref is None or ref > 0, "reference_time_ms", f"must be a time > 0 ms, got {ref!r}")
 
 
-def entry_config(item: Any, key: str) -> CycleEntryConfig:
-    """One cycle item checked (check_schema); range errors name `key.<field>` too."""
-    item = {"map": item} if isinstance(item, str) else item
-    try:
-        return check_schema(item, CycleEntryConfig, key)
-    except ConfigError as e:
-        if e.key.startswith(key):
-            raise
-        raise ConfigError(f"{key}.{e.key}", str(e).split(": ", 1)[1]) from None
-
-
 @dataclass(frozen=True)
 class CycleEntry:
     """One map of the cycle: `exploration` exploring races, then `greedy` greedy ones."""
@@ -113,7 +102,7 @@ class MapCycle:
         entries, loaded = [], {}
         for i, item in enumerate(cfg):
             k = f"{key}[{i}]"
-            c = entry_config(item, k)
+            c = check_schema({"map": item} if isinstance(item, str) else item, CycleEntryConfig, k)
             shape = (c.laps, c.closed)
             if (c.map, *shape) not in loaded:
                 try:

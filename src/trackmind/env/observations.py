@@ -9,6 +9,7 @@ and lets SpaceTransformer convert between the two outside the environment.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
@@ -16,7 +17,7 @@ import numpy as np
 
 from trackmind.env.manager import Manager, ManagerTerm, as_dict, build_term
 from trackmind.env.spaces import SpaceTransformer
-from trackmind.errors import ConfigError, check_known_keys
+from trackmind.errors import ConfigError, check_schema, require
 
 # The observation key of the network's float inputs. Not `float`: that is an attribute of
 # torch.nn.Module, and SB3's MultiInputPolicy keys an nn.ModuleDict by observation keys.
@@ -180,34 +181,51 @@ class ObservationManager(Manager):
         return t.mean, t.std
 
 
+@dataclass
+class ObservationConfig:
+    """``env.observation``: `space` (dict: one key per term, box: one flat vector) and
+    `terms`, each a TermSpec or a `group` of vector-like terms (GroupSpec)."""
+
+    space: str = "dict"
+    terms: Any = None
+
+    def __post_init__(self) -> None:
+        sp = self.space
+        require(sp in ("dict", "box"), "space", f"must be 'dict' or 'box', got {sp!r}")
+
+
+@dataclass
+class GroupSpec:
+    """A term made of vector-like terms concatenated (the `floats` group)."""
+
+    group: Any = None
+    normalize: bool = False
+
+
 def build_observation_manager(cfg: Mapping | Any, key: str = "env.observation"):
     """ObservationManager from config: `space` and `terms` (a term may be a `group`)."""
-    cfg = as_dict(cfg, key)
-    check_known_keys(cfg, {"space", "terms"}, key)
-    terms_cfg = as_dict(cfg.get("terms"), f"{key}.terms")
+    oc = check_schema(cfg, ObservationConfig, key)
+    terms_cfg = as_dict(oc.terms, f"{key}.terms")
     if not terms_cfg:
         raise ConfigError(f"{key}.terms", "at least one observation term is needed")
     terms = []
     for name, spec in terms_cfg.items():
         tkey = f"{key}.terms.{name}"
         spec = as_dict(spec, tkey)
-        if "group" in spec:
-            check_known_keys(spec, {"group", "normalize"}, tkey)
-            members = []
-            for mname, mspec in as_dict(spec["group"], f"{tkey}.group").items():
-                m, _ = build_term("observation", mname, mspec, f"{tkey}.group.{mname}")
-                if not isinstance(m, VectorlikeTerm):
-                    raise ConfigError(f"{tkey}.group.{mname}", "only vector-like terms group")
-                members.append(m)
-            if not members:
-                raise ConfigError(f"{tkey}.group", "a group needs at least one term")
-            g = GroupedObservationTerm(members, normalize=bool(spec.get("normalize", False)))
-            g.name = name
-            terms.append(g)
-        else:
+        if "group" not in spec:
             t, _ = build_term("observation", name, spec, tkey)
             terms.append(t)
-    space = cfg.get("space", "dict")
-    if space not in ("dict", "box"):
-        raise ConfigError(f"{key}.space", f"must be 'dict' or 'box', got {space!r}")
-    return ObservationManager(terms, space=space)
+            continue
+        gs = check_schema(spec, GroupSpec, tkey)
+        members = []
+        for mname, mspec in as_dict(gs.group, f"{tkey}.group").items():
+            m, _ = build_term("observation", mname, mspec, f"{tkey}.group.{mname}")
+            if not isinstance(m, VectorlikeTerm):
+                raise ConfigError(f"{tkey}.group.{mname}", "only vector-like terms group")
+            members.append(m)
+        if not members:
+            raise ConfigError(f"{tkey}.group", "a group needs at least one term")
+        g = GroupedObservationTerm(members, normalize=gs.normalize)
+        g.name = name
+        terms.append(g)
+    return ObservationManager(terms, space=oc.space)

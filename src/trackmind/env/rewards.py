@@ -10,12 +10,13 @@ out and report Phi(s) for the rollout to record (`shaping: collate`, the default
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from trackmind.env.manager import Manager, ManagerTerm, as_dict, build_term
-from trackmind.errors import ConfigError, check_known_keys
+from trackmind.env.manager import Manager, ManagerTerm, RewardTermSpec, as_dict, build_term
+from trackmind.errors import check_schema, require
 
 
 class RewardTerm(ManagerTerm):
@@ -143,33 +144,29 @@ class RewardNormalizer:
         self.count, self.mean, self.var = int(d["count"]), float(d["mean"]), float(d["var"])
 
 
+@dataclass
+class RewardConfig:
+    """The ``reward`` group: `terms` (each a RewardTermSpec), how potentials are applied
+    (`collate`: in the mini-race collate, `env`: in the environment's rewards), and an
+    optional running normalisation."""
+
+    terms: Any = None
+    shaping: str = "collate"
+    normalize: bool = False
+
+    def __post_init__(self) -> None:
+        sh = self.shaping
+        require(sh in ("collate", "env"), "shaping", f"must be 'collate' or 'env', got {sh!r}")
+
+
 def build_reward_manager(cfg: Mapping | Any, key: str = "reward") -> RewardManager:
     """RewardManager from config: `terms` (weight, clip, params each), shaping, normalize."""
-    cfg = as_dict(cfg, key)
-    check_known_keys(cfg, {"terms", "shaping", "normalize"}, key)
+    rc = check_schema(cfg, RewardConfig, key)
     terms = []
-    for name, spec in as_dict(cfg.get("terms"), f"{key}.terms").items():
-        tkey = f"{key}.terms.{name}"
-        term, spec = build_term("reward", name, as_dict(spec, tkey), tkey, {"weight", "clip"})
-        weight = spec.get("weight", 1.0)
-        if not isinstance(weight, (int, float)) or not np.isfinite(weight):
-            raise ConfigError(f"{tkey}.weight", f"must be a finite number, got {weight!r}")
-        term.weight = float(weight)
-        clip = spec.get("clip")
-        if clip is not None:
-            ok = isinstance(clip, (list, tuple)) and len(clip) == 2
-            ok = ok and all(c is None or isinstance(c, (int, float)) for c in clip)
-            if not ok:
-                raise ConfigError(f"{tkey}.clip", f"must be [min, max] (null = open), got {clip}")
-            lo, hi = clip
-            if lo is not None and hi is not None and lo > hi:
-                raise ConfigError(f"{tkey}.clip", f"min {lo} is above max {hi}")
-            term.clip_min, term.clip_max = lo, hi
+    for name, spec in as_dict(rc.terms, f"{key}.terms").items():
+        term, entry = build_term("reward", name, spec, f"{key}.terms.{name}", RewardTermSpec)
+        term.weight = float(entry.weight)
+        if entry.clip is not None:
+            term.clip_min, term.clip_max = entry.clip
         terms.append(term)
-    shaping = cfg.get("shaping", "collate")
-    if shaping not in ("collate", "env"):
-        raise ConfigError(f"{key}.shaping", f"must be 'collate' or 'env', got {shaping!r}")
-    normalize = cfg.get("normalize", False)
-    if not isinstance(normalize, bool):
-        raise ConfigError(f"{key}.normalize", f"must be true or false, got {normalize!r}")
-    return RewardManager(terms, shaping, RewardNormalizer() if normalize else None)
+    return RewardManager(terms, rc.shaping, RewardNormalizer() if rc.normalize else None)

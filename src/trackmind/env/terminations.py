@@ -8,12 +8,13 @@ new zone for 2 s — a cut race keeps bootstrapping, terminal_actions = inf).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from trackmind.env.manager import Manager, ManagerTerm, as_dict, build_term, register_term
-from trackmind.errors import check_known_keys
+from trackmind.errors import check_schema
 
 OUTCOMES = ("terminated", "truncated")
 
@@ -129,15 +130,19 @@ class Stuck(TerminationTerm):
         return long_enough & (moved < self.min_distance_m)
 
 
+@dataclass
+class TerminationConfig:
+    """``env.termination``: the terms that end a race (each a TermSpec)."""
+
+    terms: Any = None
+
+
 def build_termination_manager(cfg: Mapping | Any, key: str = "env.termination"):
     """TerminationManager from config: `terms`, each with optional `params` (and outcome)."""
-    cfg = as_dict(cfg, key)
-    check_known_keys(cfg, {"terms"}, key)
+    tc = check_schema(cfg, TerminationConfig, key)
     terms = []
-    for name, spec in as_dict(cfg.get("terms"), f"{key}.terms").items():
-        term, _ = build_term(
-            "termination", name, as_dict(spec, f"{key}.terms.{name}"), f"{key}.terms.{name}"
-        )
+    for name, spec in as_dict(tc.terms, f"{key}.terms").items():
+        term, _ = build_term("termination", name, spec, f"{key}.terms.{name}")
         terms.append(term)
     return TerminationManager(terms)
 

@@ -14,7 +14,13 @@ from typing import Any
 
 import numpy as np
 
-from trackmind.env.build import build_managers, float_dim_of, frame_shape_of, make_race
+from trackmind.env.build import (
+    build_managers,
+    env_config,
+    float_dim_of,
+    frame_shape_of,
+    make_race,
+)
 from trackmind.env.map_cycle import MapCycle
 from trackmind.env.observations import FLOATS
 from trackmind.errors import check_known_keys, check_schema, require
@@ -22,6 +28,7 @@ from trackmind.training.schema import (
     CheckpointConfig,
     CollectorConfig,
     LoggerConfig,
+    MapConfig,
     TrainerConfig,
 )
 
@@ -113,7 +120,7 @@ def plan_run(cfg: Any) -> RunPlan:
     build_exploration(cfg["exploration"])
     StartsConfig.from_config(cfg["exploration"].get("starts"))
     bcfg = BufferConfig.from_dict(cfg["buffer"])
-    ms_per_action = int(env.get("tick_ms", 10)) * int(env.get("ticks_per_action", 5))
+    ms_per_action = env_config(env).action_ms
     bcfg.horizon_actions(ms_per_action)
     cfg["learner"] = asdict(learner_config(cfg["learner"]))
     from trackmind.distributed.config import RayCollectorConfig, validate_ray_collector
@@ -131,7 +138,7 @@ def plan_run(cfg: Any) -> RunPlan:
     cfg["logger"] = asdict(check_schema(cfg["logger"], LoggerConfig, "logger"))
     cfg["checkpoint"] = asdict(check_schema(cfg.get("checkpoint"), CheckpointConfig, "checkpoint"))
     cycle = MapCycle.from_config(cfg["map"].get("cycle"), "map.cycle")
-    check_known_keys(cfg["map"], {"cycle"}, "map")
+    check_schema(cfg["map"], MapConfig, "map")
     from trackmind.tmi.config import check_run
 
     check_run(cfg, cycle)  # real game / real time: settings, real maps, servers answering

@@ -24,7 +24,7 @@ from omegaconf import MISSING
 from trackmind.agent.loss import NonFiniteGuard, iqn_loss
 from trackmind.agent.network import IQNNetwork, random_taus, stratified_symmetric_taus
 from trackmind.agent.schedules import Schedule
-from trackmind.errors import ConfigError, check_known_keys, check_schema, require
+from trackmind.errors import ConfigError, check_schema, require
 
 
 def soft_update(target: torch.nn.Module, online: torch.nn.Module, tau: float) -> None:
@@ -43,20 +43,26 @@ def ema_rate(updates: int, horizon_batches: float) -> float:
     return 1.0 / min(updates + 1.0, float(horizon_batches))
 
 
-def schedule_from(cfg: Mapping, key: str) -> Schedule:
+@dataclass
+class ScheduleConfig:
+    """A schedule by frames: [[frame, value], ...] points and how to go between them."""
+
+    points: Any = MISSING
+    kind: str = "linear"  # linear | exponential | staircase
+
+    def __post_init__(self) -> None:
+        kinds = ("linear", "exponential", "staircase")
+        require(self.kind in kinds, "kind", f"must be {', '.join(kinds)}, got {self.kind!r}")
+
+
+def schedule_from(cfg: Mapping | float, key: str) -> Schedule:
     """A Schedule from `{points, kind}` or a bare number (constant)."""
     if isinstance(cfg, (int, float)) and not isinstance(cfg, bool):
         return Schedule([(0.0, float(cfg))], "linear")
     if not isinstance(cfg, Mapping):
         raise ConfigError(key, f"must be a number or {{points, kind}}, got {cfg!r}")
-    check_known_keys(cfg, {"points", "kind"}, key)
-    kind = cfg.get("kind", "linear")
-    require(
-        kind in ("linear", "exponential", "staircase"),
-        f"{key}.kind",
-        f"must be linear, exponential or staircase, got {kind!r}",
-    )
-    return Schedule.from_config(cfg.get("points"), kind, f"{key}.points")
+    sc = check_schema(cfg, ScheduleConfig, key)
+    return Schedule.from_config(sc.points, sc.kind, f"{key}.points")
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Schemas of the run-level groups: trainer, logger, checkpoint, collector.
+"""Schemas of the run-level groups: map, trainer, logger, checkpoint, collector.
 
 Every group is a dataclass whose fields are its keys, checked by the one function
 `trackmind.errors.check_schema` (OmegaConf merge: unknown keys and wrong types refused;
@@ -50,6 +50,13 @@ class TrainerConfig:
             "trainer.torch_threads",
             f"must be an integer >= 1, got {self.torch_threads!r}",
         )
+
+
+@dataclass
+class MapConfig:
+    """The ``map`` group: the cycle of maps (each item an env.map_cycle.CycleEntryConfig)."""
+
+    cycle: Any = MISSING
 
 
 @dataclass

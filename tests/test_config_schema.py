@@ -1,0 +1,79 @@
+"""check_schema, the one way config groups are checked: keys, types, ranges, and the key
+every error names."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from trackmind.env.build import env_config
+from trackmind.env.rewards import build_reward_manager
+from trackmind.env.terminations import build_termination_manager
+from trackmind.errors import ConfigError
+from trackmind.training.module import schedule_from
+
+
+def _error(fn, *args) -> ConfigError:
+    with pytest.raises(ConfigError) as e:
+        fn(*args)
+    return e.value
+
+
+def test_env_defaults_and_coercion() -> None:
+    cfg = env_config({"tick_ms": "10", "ticks_per_action": 5})
+    assert cfg.tick_ms == 10 and cfg.action_ms == 50
+    assert cfg.backend == "sim"
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "words"),
+    [
+        ({"tick_ms": 0}, "env.tick_ms", "must be an integer > 0, got 0"),
+        ({"zone_spacing_m": -1.0}, "env.zone_spacing_m", "must be > 0"),
+        ({"tick_ms": "fast"}, "env.tick_ms", "fast"),
+        ({"nope": 1}, "env.nope", "unknown key (allowed: backend, camera"),
+    ],
+)
+def test_env_errors_name_the_key(section: dict, key: str, words: str) -> None:
+    e = _error(env_config, section)
+    assert e.key == key and words in str(e), str(e)
+
+
+def test_reward_terms_keep_weight_and_clip() -> None:
+    rm = build_reward_manager(
+        {"terms": {"progress": {"weight": 2.0, "clip": [None, 1.5], "params": {}}}}
+    )
+    (term,) = rm.terms
+    assert term.weight == 2.0 and (term.clip_min, term.clip_max) == (None, 1.5)
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "words"),
+    [
+        ({"terms": {"progress": {"weight": math.nan}}}, "reward.terms.progress.weight", "finite"),
+        ({"terms": {"progress": {"clip": [2, 1]}}}, "reward.terms.progress.clip", "above max"),
+        ({"terms": {"progress": {"clip": [1]}}}, "reward.terms.progress.clip", "[min, max]"),
+        ({"terms": {"progress": {"wieght": 1}}}, "reward.terms.progress.wieght", "unknown key"),
+        ({"terms": {"warp": {}}}, "reward.terms.warp", "unknown reward term 'warp'"),
+        ({"shaping": "both"}, "reward.shaping", "'collate' or 'env'"),
+        (
+            {"terms": {"progress": {"params": {"x": 1}}}},
+            "reward.terms.progress.params.x",
+            "per_metre",
+        ),
+    ],
+)
+def test_reward_errors_name_the_key(section: dict, key: str, words: str) -> None:
+    e = _error(build_reward_manager, section)
+    assert e.key == key and words in str(e), str(e)
+
+
+def test_termination_unknown_key_is_named() -> None:
+    e = _error(build_termination_manager, {"terms": {}, "extra": 1})
+    assert e.key == "env.termination.extra"
+
+
+def test_schedule_points_are_required() -> None:
+    e = _error(schedule_from, {"kind": "linear"}, "learner.lr")
+    assert e.key == "learner.lr.points" and "required" in str(e), str(e)
