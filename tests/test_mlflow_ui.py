@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -81,9 +82,12 @@ def test_ui_serves_both_runs_and_their_race_times(store, server, tmp_path):
     assert status == 200 and '<div id="root"' in html  # the UI's single-page app
     found = _post(base + "/api/2.0/mlflow/runs/search", {"experiment_ids": [exp]})["runs"]
     assert sorted(r["info"]["run_name"] for r in found) == ["fast", "slow"]
-    for r in found:
-        q = f"run_id={r['info']['run_id']}&metric_key=race/starter/time"
-        _, body = _get(f"{base}/api/2.0/mlflow/metrics/get-history?{q}")
+    for r in found:  # the endpoint the UI's charts read (plain get-history without
+        # max_results returns nothing on MLflow 3.4-3.13: mlflow/mlflow#23916)
+        q = urllib.parse.urlencode(
+            {"run_ids": r["info"]["run_id"], "metric_key": "race/starter/time", "max_results": 100}
+        )
+        _, body = _get(f"{base}/ajax-api/2.0/mlflow/metrics/get-history-bulk-interval?{q}")
         hist = [m["value"] for m in json.loads(body)["metrics"]]
         assert hist == TIMES[r["info"]["run_name"]]
     browser = find_browser()
