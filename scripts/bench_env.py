@@ -4,9 +4,11 @@
     python scripts/bench_env.py --quick         # fewer repeats
 
 One car-step = one 50 ms action (5 physics ticks), the frame rendered and the car state
-built, as the environment layer consumes it. The compiled kernels run on one thread, so the
-figures are per core. gymnasium's CarRacing-v3 (box2d, `pip install -e .[bench]`) runs in
-the same process for a side-by-side ratio. Each figure is the median of several repeats.
+built, as the environment layer consumes it. The table runs the compiled kernels on one
+thread, so its figures are per core; `--threads 1 2` adds 120x160 batch-64 rows with the
+frames rendered by that many threads (SimGame's render_threads). gymnasium's CarRacing-v3
+(box2d, `pip install -e .[bench]`) runs in the same process for a side-by-side ratio. Each
+figure is the median of several repeats.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import time
 
 from trackmind.cli import OneLineParser, int_at_least
 
-os.environ.setdefault("NUMBA_NUM_THREADS", "1")
+os.environ.setdefault("NUMBA_NUM_THREADS", str(os.cpu_count() or 1))
 
 import numpy as np  # noqa: E402
 
@@ -25,9 +27,12 @@ from trackmind.sim.game import SimGame  # noqa: E402
 from trackmind.sim.maps import builtin_names  # noqa: E402
 
 
-def bench_sim(batch: int, shape, steps: int, repeats: int, seed: int = 0) -> float:
+def bench_sim(
+    batch: int, shape, steps: int, repeats: int, seed: int = 0, threads: int = 1
+) -> float:
     names = builtin_names()
-    game = SimGame(batch, maps=[names[i % len(names)] for i in range(batch)], frame_shape=shape)
+    maps = [names[i % len(names)] for i in range(batch)]
+    game = SimGame(batch, maps=maps, frame_shape=shape, render_threads=threads)
     rng = np.random.default_rng(seed)
     acts = rng.integers(0, 12, size=(steps, batch))
     acts[:, :] = np.where(rng.random((steps, batch)) < 0.6, 0, acts)  # mostly accelerate
@@ -105,6 +110,7 @@ def main() -> None:
     ap = OneLineParser(description=__doc__)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--batches", type=int_at_least(1), nargs="+", default=[1, 16, 64, 256])
+    ap.add_argument("--threads", type=int_at_least(1), nargs="+", default=[])
     args = ap.parse_args()
     repeats = 3 if args.quick else 5
     shapes = [(120, 160), (48, 64)]
@@ -114,6 +120,7 @@ def main() -> None:
             steps = max(20, 4000 // b)
             table[(shape, b)] = bench_sim(b, shape, steps, repeats)
     no_frame = bench_sim(64, None, 200, repeats)
+    by_threads = {n: bench_sim(64, (120, 160), 60, repeats, threads=n) for n in args.threads}
     bare, managed = bench_managers(64, (120, 160), 100, repeats + 2)
     cr = bench_car_racing(300 if args.quick else 600, repeats)
     print(f"\ncar-steps/s per core (median of {repeats} repeats)")
@@ -123,6 +130,8 @@ def main() -> None:
         cells = " | ".join(f"{table[(shape, b)]:,.0f}" for b in args.batches)
         print(f"| {shape[0]}x{shape[1]} | {cells} |")
     print(f"| no frame | batch 64: {no_frame:,.0f} |")
+    for n, rate in by_threads.items():
+        print(f"120x160 batch 64, frames on {n} thread(s): {rate:,.0f} car-steps/s")
     print(
         f"\nmanagers (obs + reward + termination) at 120x160 batch 64: game step "
         f"{bare * 1e3:.2f} ms, VecRace step {managed * 1e3:.2f} ms, "

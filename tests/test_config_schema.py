@@ -31,6 +31,7 @@ def test_env_defaults_and_coercion() -> None:
     [
         ({"tick_ms": 0}, "env.tick_ms", "must be an integer > 0, got 0"),
         ({"zone_spacing_m": -1.0}, "env.zone_spacing_m", "must be > 0"),
+        ({"render_threads": 0}, "env.render_threads", "must be an integer > 0, got 0"),
         ({"tick_ms": "fast"}, "env.tick_ms", "fast"),
         ({"nope": 1}, "env.nope", "unknown key (allowed: backend, camera"),
     ],

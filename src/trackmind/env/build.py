@@ -80,9 +80,10 @@ class EnvConfig:
     termination: Any = None
     tminterface: Any = None  # the real game (conf/env/tminterface.yaml, trackmind.tmi.config)
     realtime: Any = None  # rtgym-style real-time steps over any game (trackmind.tmi.realtime)
+    render_threads: int = 1  # threads rendering one game's frames (SimGame: numba's threads)
 
     def __post_init__(self) -> None:
-        for name in ("tick_ms", "ticks_per_action"):
+        for name in ("tick_ms", "ticks_per_action", "render_threads"):
             v = getattr(self, name)
             require(v > 0, name, f"must be an integer > 0, got {v!r}")
         zs = self.zone_spacing_m
@@ -187,7 +188,18 @@ def make_sim_game(env_cfg: Mapping | Any, n_cars: int, maps: Any, key: str = "en
         tick_ms=env.tick_ms,
         ticks_per_action=env.ticks_per_action,
         zone_spacing_m=float(env.zone_spacing_m),
+        render_threads=render_threads(env, key),
     )
+
+
+def render_threads(env: EnvConfig, key: str = "env") -> int:
+    """`env.render_threads`, checked against the threads numba may start here."""
+    import numba
+
+    most = numba.config.NUMBA_NUM_THREADS
+    n = env.render_threads
+    require(n <= most, f"{key}.render_threads", f"must be <= {most} (NUMBA_NUM_THREADS), got {n}")
+    return n
 
 
 def make_race(

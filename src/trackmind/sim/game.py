@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numba as nb
 import numpy as np
 
 from trackmind.game.actions import ACTIONS, validate_actions
@@ -21,6 +22,7 @@ from trackmind.sim.render import (
     build_textures,
     camera_tables,
     render_kernel,
+    render_kernel_parallel,
     shade_tables,
 )
 from trackmind.sim.track import Track
@@ -102,6 +104,7 @@ class SimGame:
         frame_shape: (H, W) of the grayscale frames; None renders no frames (floats only).
         tick_ms: physics tick; ticks_per_action: ticks one action is held (50 ms default).
         zone_spacing_m: spacing of the zone centers that zone_idx counts.
+        render_threads: threads that render the batch's frames (numba's; 1: this thread).
     """
 
     def __init__(
@@ -115,9 +118,16 @@ class SimGame:
         ticks_per_action: int = 5,
         zone_spacing_m: float = 10.0,
         zones_before_start: int = 1,
+        render_threads: int = 1,
     ) -> None:
         if n_cars < 1:
             raise ValueError(f"n_cars must be >= 1, got {n_cars}")
+        if not 1 <= render_threads <= nb.config.NUMBA_NUM_THREADS:
+            raise ValueError(
+                f"render_threads must be in 1..{nb.config.NUMBA_NUM_THREADS} "
+                f"(NUMBA_NUM_THREADS), got {render_threads}"
+            )
+        self.render_threads = int(render_threads)
         if tick_ms <= 0 or ticks_per_action <= 0:
             raise ValueError("tick_ms and ticks_per_action must be > 0")
         self.n_cars = int(n_cars)
@@ -135,8 +145,10 @@ class SimGame:
         self.state = np.zeros((self.n_cars, ph.N_STATE), dtype=np.float64)
         if self.render:
             h, w = self.frame_shape
-            self._cam = camera_tables(h, w, self.camera)
-            self._ground_lut, self._wall_lut = shade_tables(self._cam)
+            cam = camera_tables(h, w, self.camera)
+            ground_lut, wall_lut = shade_tables(cam)
+            self._cam_args = (cam.forward, cam.lateral, cam.wall_top, ground_lut, wall_lut)
+            self._cam_args += (cam.horizon_row,)
             self._frames = np.zeros((self.n_cars, 1, h, w), dtype=np.uint8)
         else:
             self._frames = np.zeros((self.n_cars, 1, 0, 0), dtype=np.uint8)
@@ -283,7 +295,7 @@ class SimGame:
         self.state[c] = row
 
     def _render(self, cars) -> None:
-        pool, cam, st = self._pool, self._cam, self.state
+        pool, st = self._pool, self.state
         # the whole batch renders from strided views of the state; a subset from copies
         idx = slice(None) if cars is None else np.asarray(cars, dtype=np.int64)
         out = (
@@ -291,24 +303,17 @@ class SimGame:
             if cars is None
             else np.empty((len(idx), *self._frames.shape[1:]), np.uint8)
         )
-        render_kernel(
+        if self.render_threads > 1:
+            nb.set_num_threads(self.render_threads)
+        kernel = render_kernel_parallel if self.render_threads > 1 else render_kernel
+        tex = (pool.tex_flat, pool.tex_off, pool.tex_nx, pool.tex_ny, pool.tex_x0, pool.tex_y0)
+        kernel(
             st[idx, ph.X],
             st[idx, ph.Y],
             st[idx, ph.YAW],
             pool.texture_of(st[idx, ph.MAP].astype(np.int64), st[idx, ph.S]),
-            pool.tex_flat,
-            pool.tex_off,
-            pool.tex_nx,
-            pool.tex_ny,
-            pool.tex_x0,
-            pool.tex_y0,
-            pool.cell,
-            cam.forward,
-            cam.lateral,
-            cam.wall_top,
-            self._ground_lut,
-            self._wall_lut,
-            cam.horizon_row,
+            (*tex, pool.cell),
+            self._cam_args,
             out,
         )
         if cars is not None:

@@ -262,79 +262,75 @@ def shade_tables(cam_tables: CameraTables) -> tuple[np.ndarray, np.ndarray]:
     return ground, wall
 
 
-@nb.njit(cache=True)
-def render_kernel(
-    state_x,
-    state_y,
-    state_yaw,
-    car_tex,
-    tex_flat,
-    tex_off,
-    tex_nx,
-    tex_ny,
-    tex_x0,
-    tex_y0,
-    cell,
-    forward,
-    lateral,
-    wall_top,
-    ground_lut,
-    wall_lut,
-    horizon_row,
-    out,
-):
-    """Render frames (B, 1, H, W) uint8 for all cars into `out`.
-
-    Rows are swept from the bottom (near) to the horizon (far); per column the kernel keeps
-    the highest row still to draw (walls occlude rows above them) and whether the previous
-    ground sample was on the road: a change road <-> outside is a wall foot.
-    """
-    n_cars = out.shape[0]
+@nb.njit(cache=True, inline="always")
+def _render_car(b, px, py, yaw, m, tex, cam, out):
+    """Car b's frame from (px, py, yaw) in texture m. Rows are swept from the bottom (near)
+    to the horizon (far); per column the kernel keeps the highest row still to draw (walls
+    occlude rows above them) and whether the previous ground sample was on the road: a
+    change road <-> outside is a wall foot, drawn as a span up to the wall's top."""
+    tex_flat, tex_off, tex_nx, tex_ny, tex_x0, tex_y0, cell = tex
+    forward, lateral, wall_top, ground_lut, wall_lut, horizon_row = cam
     h, w = out.shape[2], out.shape[3]
     inv = 1.0 / cell
     draw = np.empty(w, dtype=np.int64)
     prev = np.empty(w, dtype=np.bool_)
-    for b in range(n_cars):
-        m = car_tex[b]
-        off, nx, ny = tex_off[m], tex_nx[m], tex_ny[m]
-        x0, y0 = tex_x0[m], tex_y0[m]
-        c, s = np.cos(state_yaw[b]), np.sin(state_yaw[b])
-        px, py = state_x[b], state_y[b]
-        frame = out[b, 0]
-        draw[:] = h - 1
-        first = True
-        for row in range(h - 1, horizon_row, -1):
-            fw = forward[row]
-            lt0 = lateral[row, 0]
-            dlt = lateral[row, 1] - lt0
-            gx = (px + fw * c - lt0 * s - x0) * inv
-            gy = (py + fw * s + lt0 * c - y0) * inv
-            dgx = -dlt * s * inv
-            dgy = dlt * c * inv
-            lut = ground_lut[row]
-            for col in range(w):
-                if row <= draw[col]:
-                    i = int(gx)
-                    k = int(gy)
-                    val = 0
-                    if i >= 0 and i < nx and k >= 0 and k < ny:
-                        val = tex_flat[off + k * nx + i]
-                    inside = val > 0
-                    if first:
-                        prev[col] = inside
-                    if inside != prev[col]:
-                        top = max(wall_top[row], horizon_row + 1, 0)
-                        shade = wall_lut[row]
-                        for rr in range(top, row + 1):
-                            frame[rr, col] = shade
-                        draw[col] = top - 1
-                        prev[col] = inside
-                    else:
-                        frame[row, col] = lut[val]
-                        draw[col] = row - 1
-                gx += dgx
-                gy += dgy
-            first = False
+    off, nx, ny = tex_off[m], tex_nx[m], tex_ny[m]
+    x0, y0 = tex_x0[m], tex_y0[m]
+    c, s = np.cos(yaw), np.sin(yaw)
+    frame = out[b, 0]
+    draw[:] = h - 1
+    first = True
+    for row in range(h - 1, horizon_row, -1):
+        fw = forward[row]
+        lt0 = lateral[row, 0]
+        dlt = lateral[row, 1] - lt0
+        gx = (px + fw * c - lt0 * s - x0) * inv
+        gy = (py + fw * s + lt0 * c - y0) * inv
+        dgx = -dlt * s * inv
+        dgy = dlt * c * inv
+        lut = ground_lut[row]
         for col in range(w):
-            for rr in range(0, draw[col] + 1):
-                frame[rr, col] = SKY
+            if row <= draw[col]:
+                i = int(gx)
+                k = int(gy)
+                val = 0
+                if i >= 0 and i < nx and k >= 0 and k < ny:
+                    val = tex_flat[off + k * nx + i]
+                inside = val > 0
+                if first:
+                    prev[col] = inside
+                if inside != prev[col]:
+                    top = max(wall_top[row], horizon_row + 1, 0)
+                    shade = wall_lut[row]
+                    for rr in range(top, row + 1):
+                        frame[rr, col] = shade
+                    draw[col] = top - 1
+                    prev[col] = inside
+                else:
+                    frame[row, col] = lut[val]
+                    draw[col] = row - 1
+            gx += dgx
+            gy += dgy
+        first = False
+    for col in range(w):
+        for rr in range(0, draw[col] + 1):
+            frame[rr, col] = SKY
+
+
+@nb.njit(cache=True)
+def render_kernel(state_x, state_y, state_yaw, car_tex, tex, cam, out):
+    """Render frames (B, 1, H, W) uint8 for all cars into `out`, on this thread.
+
+    `tex`: (flat, off, nx, ny, x0, y0, cell), every texture row-major in `flat`, texture m
+    from `off[m]`; `cam`: (forward, lateral, wall_top, ground_lut, wall_lut, horizon_row),
+    the CameraTables and shade_tables of the frame size.
+    """
+    for b in range(out.shape[0]):
+        _render_car(b, state_x[b], state_y[b], state_yaw[b], car_tex[b], tex, cam, out)
+
+
+@nb.njit(cache=True, parallel=True)
+def render_kernel_parallel(state_x, state_y, state_yaw, car_tex, tex, cam, out):
+    """`render_kernel` with the cars shared among numba's threads (numba.set_num_threads)."""
+    for b in nb.prange(out.shape[0]):
+        _render_car(b, state_x[b], state_y[b], state_yaw[b], car_tex[b], tex, cam, out)

@@ -1,0 +1,59 @@
+"""The renderer against frames of the renderer it replaced (tests/data/frames_reference.npz).
+
+The reference frames were rendered by the previous kernel (one thread, one loop over the
+cars) from the scenario below: the six built-in maps, a procedural map, the 4.5 km circuit
+and a figure-eight whose second pass is a bridge, 18 cars driven by fixed random actions,
+frames taken every 15 actions at 120x160 and 48x64. Any change to the renderer is checked
+here: the frames must stay identical (mean absolute difference 0), on one thread or two.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from trackmind.sim.game import SimGame
+from trackmind.sim.maps import builtin_names
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = Path(__file__).parent / "data" / "frames_reference.npz"
+SHAPES = {"120x160": (120, 160), "48x64": (48, 64)}
+
+
+def figure_eight_file(tmp: Path) -> Path:
+    """The bridge map of tests/test_circuits.py, saved as a driven line (.npy)."""
+    from test_circuits import figure_eight
+
+    path = tmp / "eight.npy"
+    np.save(path, figure_eight())
+    return path
+
+
+def scenario_frames(shape: tuple[int, int], tmp: Path, render_threads: int = 1) -> np.ndarray:
+    """(snapshots, cars, 1, H, W) frames of the fixed scenario."""
+    maps = [*builtin_names(), "procedural:3", str(ROOT / "maps" / "circuit.csv")]
+    maps.append(str(figure_eight_file(tmp)))
+    cars = [maps[i % len(maps)] for i in range(18)]
+    game = SimGame(len(cars), maps=cars, frame_shape=shape, render_threads=render_threads)
+    rng = np.random.default_rng(7)
+    game.reset()
+    snaps = []
+    for k in range(90):
+        acts = np.where(rng.random(len(cars)) < 0.6, 0, rng.integers(0, 12, len(cars)))
+        game.step(acts)
+        if k % 15 == 14:
+            snaps.append(game.frames.copy())
+    return np.stack(snaps)
+
+
+@pytest.mark.parametrize("name", sorted(SHAPES))
+@pytest.mark.parametrize("threads", [1, 2])
+def test_frames_match_the_previous_renderer(name: str, threads: int, tmp_path: Path) -> None:
+    want = np.load(REFERENCE)[name]
+    got = scenario_frames(SHAPES[name], tmp_path, render_threads=threads)
+    assert got.shape == want.shape
+    mad = np.abs(got.astype(np.int16) - want.astype(np.int16)).mean()
+    print(f"{name}, {threads} thread(s): mean absolute difference {mad:.4f}")
+    assert mad == 0.0
