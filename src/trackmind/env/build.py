@@ -2,20 +2,19 @@
 
 Validation happens here, before any game or process starts: unknown keys, unknown terms and
 bad parameters raise a ConfigError naming the key (``env.termination.terms.stuck.params``).
-DEFAULT_ENV / DEFAULT_REWARD are the same settings as conf/env/sim.yaml and
-conf/reward/linesight.yaml (a test keeps them equal) for users who build environments
-without Hydra, e.g. ``gymnasium.make("trackmind/Race-v0")``.
+Without Hydra (e.g. ``gymnasium.make("trackmind/Race-v0")``) the defaults are conf/env/sim.yaml
+and conf/reward/linesight.yaml themselves, installed with the package (trackmind.defaults).
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import trackmind.env.obs_terms  # noqa: F401  (registers the observation terms)
 import trackmind.env.reward_terms  # noqa: F401  (registers the reward terms)
+from trackmind.defaults import env_defaults, reward_defaults
 from trackmind.env.manager import as_dict
 from trackmind.env.observations import FLOATS, ObservationManager, build_observation_manager
 from trackmind.env.race import VecRace
@@ -23,45 +22,7 @@ from trackmind.env.rewards import RewardManager, build_reward_manager
 from trackmind.env.terminations import TerminationManager, build_termination_manager
 from trackmind.errors import ConfigError, check_schema, require
 
-_FLOAT_GROUP = {
-    "mini_race_clock": {},
-    "previous_actions": {"params": {"n": 5}},
-    "wheels": {},
-    "gearbox": {},
-    "contact_material": {},
-    "car_dynamics": {},
-    "zone_centers": {"params": {"n": 40}},
-    "distance_to_finish": {"params": {"cap_m": 700.0}},
-    "freewheeling": {},
-}
-DEFAULT_ENV: dict = {
-    "backend": "sim",
-    "frame_shape": [120, 160],
-    "tick_ms": 10,
-    "ticks_per_action": 5,
-    "zone_spacing_m": 10.0,
-    "vehicle": {},
-    "camera": {},
-    "observation": {"space": "dict", "terms": {"frame": {}, FLOATS: {"group": _FLOAT_GROUP}}},
-    "termination": {
-        "terms": {
-            "finish": {},
-            "stuck": {"params": {"window_ms": 3000, "min_distance_m": 1.0}},
-            "no_progress": {"params": {"window_ms": 2000}},
-            "timeout": {"params": {"max_race_ms": 300000}},
-        }
-    },
-}
-DEFAULT_REWARD: dict = {
-    "shaping": "collate",
-    "normalize": False,
-    "terms": {
-        "progress": {"weight": 1.0, "params": {"per_metre": 0.01}},
-        "time_penalty": {"weight": 1.0, "params": {"per_second": -1.2}},
-        "finish": {"weight": 0.0, "params": {"bonus": 1.0}},
-        "zone_distance": {"weight": 1.0, "params": {"scale": -0.1, "min_m": 2.0, "max_m": 25.0}},
-    },
-}
+_ENV = env_defaults()  # conf/env/sim.yaml, the one place these defaults are written
 
 
 @dataclass
@@ -69,11 +30,11 @@ class EnvConfig:
     """The ``env`` group's keys (conf/env/sim.yaml, tminterface.yaml); the managers' sections
     are checked by their own schemas (ObservationConfig, TerminationConfig)."""
 
-    backend: str = DEFAULT_ENV["backend"]  # sim | tminterface
+    backend: str = _ENV["backend"]  # sim | tminterface
     frame_shape: Any = None  # [H, W] (frame_shape_of checks it), null: no frames
-    tick_ms: int = DEFAULT_ENV["tick_ms"]
-    ticks_per_action: int = DEFAULT_ENV["ticks_per_action"]
-    zone_spacing_m: float = DEFAULT_ENV["zone_spacing_m"]
+    tick_ms: int = _ENV["tick_ms"]
+    ticks_per_action: int = _ENV["ticks_per_action"]
+    zone_spacing_m: float = _ENV["zone_spacing_m"]
     vehicle: Any = None  # overrides of trackmind.sim.vehicle.VehicleParams
     camera: Any = None  # overrides of trackmind.sim.render.CameraParams
     observation: Any = None
@@ -100,11 +61,13 @@ def env_config(env_cfg: Mapping | Any, key: str = "env") -> EnvConfig:
 
 
 def default_env_config() -> dict:
-    return copy.deepcopy(DEFAULT_ENV)
+    """conf/env/sim.yaml (a fresh copy)."""
+    return env_defaults()
 
 
 def default_reward_config() -> dict:
-    return copy.deepcopy(DEFAULT_REWARD)
+    """conf/reward/linesight.yaml (a fresh copy)."""
+    return reward_defaults()
 
 
 def frame_shape_of(env_cfg: Mapping | Any, key: str = "env") -> tuple[int, int] | None:

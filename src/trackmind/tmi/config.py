@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from trackmind.defaults import env_defaults
 from trackmind.errors import ConfigError, check_schema, require
 from trackmind.sim.maps import builtin_names
 
@@ -238,8 +239,9 @@ def check_run(cfg: dict, cycle: Any) -> None:
         require(env.get("tminterface") is None, KEY, "only used with env.backend=tminterface")
         return
     tmi = tminterface_config(env)
-    require(env.get("tick_ms", 10) == 10, "env.tick_ms", "the game's physics tick is 10 ms")
-    action_ms = 10 * int(env.get("ticks_per_action", 5))
+    env = {**env_defaults(), **env}
+    require(env["tick_ms"] == 10, "env.tick_ms", "the game's physics tick is 10 ms")
+    action_ms = 10 * int(env["ticks_per_action"])
     col = cfg["collector"]
     require(
         col.get("cars_per_process") == 1,

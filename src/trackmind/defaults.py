@@ -1,0 +1,41 @@
+"""The shipped defaults: the YAML files of conf/, read where no Hydra config is at hand.
+
+conf/ is installed with the package as `trackmind.conf` (pyproject.toml's package-dir maps
+the repository's conf/ there; an editable install reads the repository's files), so code run
+without Hydra (``gymnasium.make("trackmind/Race-v0")``, ``SimGame(...)``) takes its defaults
+from the very files `scripts/train.py` composes: each default is written once, in YAML.
+"""
+
+from __future__ import annotations
+
+import copy
+from functools import cache
+from importlib.resources import files
+
+import yaml
+
+# the options that stand for "the defaults" outside Hydra: the built-in simulator seen through
+# Linesight's inputs, and Linesight's reward (train.yaml's default reward adds a speed potential)
+ENV_OPTION = ("env", "sim")
+REWARD_OPTION = ("reward", "linesight")
+
+
+@cache
+def _option(group: str, option: str) -> dict:
+    text = files("trackmind.conf").joinpath(group, f"{option}.yaml").read_text()
+    return yaml.safe_load(text) or {}
+
+
+def conf_option(group: str, option: str) -> dict:
+    """conf/<group>/<option>.yaml as a dict (a fresh copy: callers may change it)."""
+    return copy.deepcopy(_option(group, option))
+
+
+def env_defaults() -> dict:
+    """The `env` group's defaults (conf/env/sim.yaml)."""
+    return conf_option(*ENV_OPTION)
+
+
+def reward_defaults() -> dict:
+    """The `reward` group's defaults outside Hydra (conf/reward/linesight.yaml)."""
+    return conf_option(*REWARD_OPTION)
