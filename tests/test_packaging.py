@@ -26,9 +26,11 @@ def packages_on_disk() -> set[str]:
         for p in src.rglob("__init__.py")
         if "egg-info" not in str(p)
     }
+    found.add("hydra_plugins")  # a namespace package (no __init__.py), listed for the editable path
     conf = ROOT / "conf"
     found.add("trackmind.conf")
-    found.update(f"trackmind.conf.{d.name}" for d in conf.iterdir() if d.is_dir())
+    groups = (d for d in conf.iterdir() if d.is_dir() and not d.name.startswith("__"))
+    found.update(f"trackmind.conf.{d.name}" for d in groups)
     return found
 
 

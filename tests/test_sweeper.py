@@ -364,16 +364,13 @@ def test_hydra_finds_the_plugin_and_setuptools_installs_it():
     from hydra.core.config_store import ConfigStore
     from hydra.core.plugins import Plugins
     from hydra.plugins.sweeper import Sweeper
-    from setuptools import find_namespace_packages
 
     names = [p.__name__ for p in Plugins.instance().discover(Sweeper)]
     assert "TrackmindOptunaSweeper" in names
     assert "trackmind_optuna.yaml" in ConfigStore.instance().list("hydra/sweeper")
-    find = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
-    packages = find_namespace_packages(
-        where=str(ROOT / find["find"]["where"][0]), include=find["find"]["include"]
-    )
-    assert "hydra_plugins.trackmind_optuna_sweeper" in packages and "trackmind.tracking" in packages
+    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    packages = packages["packages"]  # listed (tests/test_packaging.py keeps the list whole)
+    assert {"hydra_plugins", "hydra_plugins.trackmind_optuna_sweeper"} <= set(packages)
     assert not (ROOT / "src" / "hydra_plugins" / "__init__.py").exists()  # a namespace package
 
 
