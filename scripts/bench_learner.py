@@ -252,7 +252,7 @@ def bench_preset(name: str, devices: list[str], args, learner: dict) -> list[dic
     rows = []
     for device in map(torch.device, devices):
         net = build_network(nc, FLOAT_DIM, frame)
-        module = IQNLightningModule(net, learner, nc.n_quantiles_train, nc.n_quantiles_train)
+        module = IQNLightningModule(net, learner, nc.n_quantiles_train, nc.n_quantiles_target)
         module.to(device)
         stepper = Stepper(module.online_network.parameters(), learner, device, args.amp)
         ours = Ours(rb, module, stepper, args.batch)

@@ -11,10 +11,12 @@ and the Makefile pins the CPU build it tests with.
 
 from __future__ import annotations
 
+import argparse
 import re
 import sys
 import tomllib
 from pathlib import Path
+from typing import NoReturn
 
 ROOT = Path(__file__).resolve().parents[1]
 SKIP = {"torch"}  # pinned by the Makefile (TORCH_SPEC)
@@ -42,9 +44,17 @@ def minimum_pins(requirements: list[str]) -> list[str]:
     return pins
 
 
+def _one_line_error(message: str) -> NoReturn:
+    """trackmind.cli's one-line errors; this script runs before trackmind is installed."""
+    print(f"min_deps.py: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    extras = argv[argv.index("--extras") + 1].split(",") if "--extras" in argv else []
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.error = _one_line_error  # type: ignore[method-assign]
+    ap.add_argument("--extras", default="", help="comma-separated extras, e.g. dev,ray")
+    extras = [e for e in ap.parse_args(argv).extras.split(",") if e]
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     reqs = list(project["dependencies"])
     optional = project.get("optional-dependencies", {})

@@ -6,6 +6,8 @@ python scripts/plot_maps.py --maps procedural:1 mine.csv --out outputs/maps.png
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import matplotlib
 
 from trackmind.cli import OneLineParser
@@ -16,14 +18,22 @@ import matplotlib.pyplot as plt  # noqa: E402
 from trackmind.sim.mapio import load_map  # noqa: E402
 from trackmind.sim.maps import builtin_names  # noqa: E402
 from trackmind.sim.reference import reference_lap  # noqa: E402
+from trackmind.sim.track import MapError  # noqa: E402
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = OneLineParser(description=__doc__)
     ap.add_argument("--maps", nargs="+", default=builtin_names())
     ap.add_argument("--out", default="outputs/maps.png")
-    args = ap.parse_args()
-    tracks = [load_map(m) for m in args.maps]
+    args = ap.parse_args(argv)
+    kinds = plt.gcf().canvas.get_supported_filetypes()
+    plt.close("all")
+    if Path(args.out).suffix.lstrip(".").lower() not in kinds:
+        ap.error(f"--out: {args.out!r} must end in one of .{', .'.join(sorted(kinds))}")
+    try:
+        tracks = [load_map(m) for m in args.maps]
+    except MapError as e:
+        ap.error(f"--maps: {e}")
     cols = min(3, len(tracks))
     rows = (len(tracks) + cols - 1) // cols
     fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 4.5 * rows), squeeze=False)
@@ -44,6 +54,7 @@ def main() -> None:
     for ax in axes.ravel()[len(tracks) :]:
         ax.axis("off")
     fig.tight_layout()
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(args.out, dpi=80)
     print(f"wrote {args.out}")
 

@@ -234,3 +234,13 @@ def test_value_audit_compares_q_with_true_mini_race_returns(tmp_path, capsys):
     assert "network Q minus the greedy return" in out
     assert script.main([str(tmp_path / "none.pt"), "--map", "starter"]) == 2
     assert capsys.readouterr().err.startswith("error: ")
+
+
+def test_the_target_network_takes_its_own_quantile_count():
+    from trackmind.training.run import build_learner
+
+    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
+        cfg = compose("train", overrides=["debug=smoke", "network=iqn_floats"])
+    cfg.network.n_quantiles_target = 4
+    learner = build_learner(plan_run(cfg), None)
+    assert (learner.module.n_train, learner.module.n_target) == (8, 4)

@@ -155,7 +155,9 @@ def test_misspelt_group_option_names_the_group(tmp_path):
 
 
 def test_optuna_sweep_of_two_trials_returns_objectives(tmp_path):
+    """Through train.py, a persistent SQLite study with pruning on (the documented way)."""
     sweep = tmp_path / "sweep"
+    study = f"sqlite:///{tmp_path / 'study.db'}"
     args = [
         sys.executable,
         str(TRAIN),
@@ -164,12 +166,19 @@ def test_optuna_sweep_of_two_trials_returns_objectives(tmp_path):
         "debug=smoke",
         "trainer.max_steps=10",
         "hydra.sweeper.n_trials=2",
+        f"hydra.sweeper.storage={study}",
+        "hydra.sweeper.pruner.name=median",
         f"hydra.sweep.dir={sweep}",
         f"logger.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}",
     ]
     res = subprocess.run(args, capture_output=True, text=True, env=_env(), timeout=400)
     assert res.returncode == 0, res.stderr[-3000:]
+    import optuna
     from omegaconf import OmegaConf
+
+    (name,) = optuna.get_all_study_names(study)
+    trials = optuna.load_study(study_name=name, storage=study).trials
+    assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE"]
 
     result = OmegaConf.load(sweep / "optimization_results.yaml")
     assert result.name == "optuna" and 0 < float(result.best_value) <= 10.0

@@ -74,6 +74,11 @@ SCRIPTS = [  # (id, script, argv, what the line must name)
     ("record-run-timeout", "record_run", ["run.npy", "--timeout", "0"], "--timeout"),
     ("plot-marks", "plot_learning_curve", ["--marks-min", "0"], "--marks-min"),
     ("sb3-minutes", "train_sb3", ["--minutes", "0"], "--minutes"),
+    ("plot-maps-map", "plot_maps", ["--maps", "nope"], "--maps: unknown map name 'nope'"),
+    ("plot-maps-out", "plot_maps", ["--out", "maps.xyz"], "--out: 'maps.xyz' must end in"),
+    ("screenshot-runs", "mlflow_ui_screenshot", ["--runs", "a"], "--runs"),
+    ("min-deps-extras", "min_deps", ["--extras", "nope"], "no extra 'nope'"),
+    ("min-deps-flag", "min_deps", ["--dev"], "unrecognized arguments: --dev"),
     ("sb3-map", "train_sb3", ["--map", "nope", "--minutes", "1"], "unknown map name 'nope'"),
 ]  # fmt: skip
 CASES = [(f"train-{i}", "train", argv, want) for i, argv, want in TRAIN] + SCRIPTS

@@ -49,7 +49,7 @@ def test_linesight_parameter_count():
 @pytest.mark.parametrize("name", PRESETS)
 def test_preset_keys_mirror_the_constructor(name):
     args = set(inspect.signature(IQNNetwork).parameters) - {"float_mean", "float_std"}
-    extra = {"n_quantiles_train", "n_quantiles_inference", "compile"}
+    extra = {"n_quantiles_train", "n_quantiles_target", "n_quantiles_inference", "compile"}
     assert set(preset(name)) == args | extra
 
 
@@ -88,6 +88,7 @@ def test_odd_or_empty_tau_count_is_refused(n):
         ({}, 100, (48, 64), "float_dim", "100 floats"),
         ({"hidden": 3}, FLOATS, (48, 64), "hidden", "unknown key"),
         ({"dense_hidden": 0}, FLOATS, (48, 64), "dense_hidden", "positive"),
+        ({"n_quantiles_target": 0}, FLOATS, (48, 64), "n_quantiles_target", "positive"),
         ({"float_hidden": [128, -1]}, FLOATS, (48, 64), "float_hidden", "positive"),
         ({"conv_kernels": [8, 4]}, FLOATS, (48, 64), "conv_channels", "same length"),
         ({"conv_kernels": [8, 4, 5]}, FLOATS, (48, 64), "conv_kernels", "to nothing"),

@@ -108,17 +108,26 @@ def _trials(storage: str, study: str = "toy") -> list[optuna.trial.FrozenTrial]:
 
 
 def test_a_study_in_sqlite_continues_in_a_second_invocation(toy, tmp_path):
-    args = ("hydra.sweeper.storage=sqlite:///study.db", "y=choice(0, 1)")  # relative: tmp_path
+    """2 trials, then the same command continues the study to 4, with pruning on: the resumed
+    study's bad trial is pruned against the medians of the first invocation's trials."""
+    args = (
+        "hydra.sweeper.storage=sqlite:///study.db",  # relative: tmp_path
+        "hydra.sweeper.pruner.name=median",
+        "hydra.sweeper.pruner.n_startup_trials=2",
+        "y=choice(0, 1)",
+    )
     storage = f"sqlite:///{tmp_path / 'study.db'}"
     first = toy(*args)
     assert first.returncode == 0, first.stderr[-3000:]
     assert [t.state for t in _trials(storage)] == [TrialState.COMPLETE] * 2
 
-    second = toy(*args)  # the same command continues the study: n_trials (2) more
+    second = toy(*args, "bad_at=[3]")  # the same command continues the study: n_trials (2) more
     assert second.returncode == 0, second.stderr[-3000:]
     assert "2 trials already, running 2 more" in second.stdout  # Hydra logs to stdout
     trials = _trials(storage)
-    assert [t.state for t in trials] == [TrialState.COMPLETE] * 4
+    c, p = TrialState.COMPLETE, TrialState.PRUNED
+    assert [t.state for t in trials] == [c, c, c, p]
+    assert trials[3].intermediate_values == {0: 103.0}  # above the first trials' medians
     assert len({t.params["x"] for t in trials}) == 4  # no draw repeated from the first run
 
     sweep = tmp_path / "sweep"
@@ -126,16 +135,19 @@ def test_a_study_in_sqlite_continues_in_a_second_invocation(toy, tmp_path):
         overrides = yaml.safe_load(
             (sweep / str(t.number) / ".hydra" / "overrides.yaml").read_text()
         )
-        assert overrides == [f"x={t.params['x']!r}", f"y={t.params['y']}"]
+        params = [o for o in overrides if not o.startswith("bad_at=")]
+        assert params == [f"x={t.params['x']!r}", f"y={t.params['y']}"]
+    done = trials[:3]
+    for t in done:
         assert t.value == pytest.approx((t.params["x"] - 2) ** 2 + t.params["y"])
         assert t.intermediate_values == {0: 3.0, 1: 2.0, 2: 1.0}  # the jobs reported
-    best = min(trials, key=lambda t: t.value)
+    best = min(done, key=lambda t: t.value)
     results = yaml.safe_load((sweep / "optimization_results.yaml").read_text())
     assert results["name"] == "optuna" and results["study_name"] == "toy"
     assert results["best_trial"] == best.number
     assert results["best_value"] == pytest.approx(best.value)
     assert results["best_params"] == best.params
-    assert results["trials"] == {"complete": 4}
+    assert results["trials"] == {"complete": 3, "pruned": 1}
 
 
 def test_pruned_and_failed_trials_are_told_and_the_sweep_goes_on(toy, tmp_path):

@@ -35,13 +35,15 @@ class NetworkConfig:
     dense_hidden: int = 512
     n_actions: int = 12
     n_quantiles_train: int = 8
+    n_quantiles_target: int = 8  # random taus of the target's next-state quantiles
     n_quantiles_inference: int = 32
     compile: Any = "none"  # none | script | compile (null: none)
 
     def __post_init__(self) -> None:
         for name in ("conv_channels", "conv_kernels", "conv_strides", "float_hidden"):
             setattr(self, name, _int_list(getattr(self, name), name))
-        for name in ("embedding_dim", "dense_hidden", "n_actions", "n_quantiles_inference"):
+        counts = ("n_quantiles_target", "n_quantiles_inference")
+        for name in ("embedding_dim", "dense_hidden", "n_actions", *counts):
             _positive_int(getattr(self, name), name)
         n_train = _positive_int(self.n_quantiles_train, "n_quantiles_train")
         require(
@@ -64,8 +66,8 @@ class NetworkConfig:
             self.image_shape = shape
 
     def constructor_kwargs(self) -> dict:
-        """Arguments for IQNNetwork (everything but the three learner/collector settings)."""
-        skip = {"n_quantiles_train", "n_quantiles_inference", "compile"}
+        """Arguments for IQNNetwork (everything but the learner's and collectors' settings)."""
+        skip = {"n_quantiles_train", "n_quantiles_target", "n_quantiles_inference", "compile"}
         return {k: v for k, v in self.__dict__.items() if k not in skip}
 
 

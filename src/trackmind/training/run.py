@@ -100,7 +100,7 @@ def build_learner(plan: RunPlan, resumed_state: dict | None) -> Learner:
         net,
         cfg["learner"],
         n_quantiles_train=int(cfg["network"]["n_quantiles_train"]),
-        n_quantiles_target=int(cfg["network"]["n_quantiles_train"]),
+        n_quantiles_target=int(cfg["network"]["n_quantiles_target"]),
         frames=shared.frames_played,
         publish=WeightPublisher(shared, history),
         on_priorities=buffers.update_priorities if buffers.config.prioritized else None,
