@@ -41,6 +41,7 @@ MAP_CONF = ROOT / "conf" / "map"
 BUILTIN = ["starter", "hairpins", "chicanes", "flow", "speedway", "technical"]
 BEGIN, END = "<!-- bench-learning:begin -->", "<!-- bench-learning:end -->"
 TARGETS = {"first_finish_min": 5.0, "finish_rate": 0.90, "median_ratio": 1.15}
+START_SHARE = 0.05  # a greedy race that ended within the first 5% of the map stalled at the start
 
 
 def window_s(minutes: float) -> float:
@@ -60,6 +61,10 @@ def summarise(history: list[dict], reference_ms: float, minutes: float, end_s: f
     late = [h for h in history if h["wall_s"] >= start]
     late_done = [h["time_ms"] / reference_ms for h in late if h["time_ms"] is not None]
     best = min((h["time_ms"] for h in finished), default=None)
+    # unfinished late races: where they ended (share of the map), and how many never left the
+    # start (rows measured before races recorded their progress have no such figures)
+    lost = [h.get("progress") for h in late if h["time_ms"] is None]
+    lost = [p for p in lost if p is not None]
     return {
         "greedy_races": len(history),
         "first_finish_min": None if first is None else first / 60.0,
@@ -67,6 +72,8 @@ def summarise(history: list[dict], reference_ms: float, minutes: float, end_s: f
         "finish_rate": len(late_done) / len(late) if late else 0.0,
         "median_ratio": statistics.median(late_done) if late_done else None,
         "best_ratio": None if best is None else best / reference_ms,
+        "lost_median_progress": statistics.median(lost) if lost else None,
+        "lost_at_start": sum(p < START_SHARE for p in lost) / len(late) if lost else None,
     }
 
 
@@ -133,14 +140,22 @@ def read_run(out_dir: Path, tracking_uri: str) -> tuple[str, list[dict]]:
     return run_id, summary["greedy_races"]
 
 
+def lost_end(row: dict) -> str:
+    """'41% of the map, 9% of races' for the unfinished races of the closing window."""
+    if row.get("lost_median_progress") is None:
+        return "-"
+    return f"{row['lost_median_progress']:.0%} of the map, {row['lost_at_start']:.0%} of races"
+
+
 def table(rows: list[dict]) -> str:
     def num(v, fmt):
         return "-" if v is None else format(v, fmt)
 
     lines = [
         "| map | budget | first greedy finish | finished (last window) | median ratio "
-        "(last window) | best ratio | greedy races | targets met | MLflow run |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "(last window) | unfinished: median end, stalled at start | best ratio | greedy races "
+        "| targets met | MLflow run |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         name = r["map"] if r["option"] == r["map"] else f"{r['map']} ({r['option']})"
@@ -152,7 +167,7 @@ def table(rows: list[dict]) -> str:
             f"| {name} "
             f"| {r['minutes']:g} min | {first} "
             f"| {r['finish_rate']:.0%} of {r['late_races']} | {num(r['median_ratio'], '.3f')} "
-            f"| {num(r['best_ratio'], '.3f')} | {r['greedy_races']} "
+            f"| {lost_end(r)} | {num(r['best_ratio'], '.3f')} | {r['greedy_races']} "
             f"| {'yes' if meets(r) else 'no'} | `{r['run_id'][:8]}` |"
         )
     return "\n".join(lines)

@@ -267,6 +267,13 @@ def test_race_stats_state_round_trip():
     )
     m = t.metrics()
     assert m["race/a/finish_rate"] == 0.5 and m["race/a/best_ratio"] == 1.2
+    cut = {**base, "finished": False, "race_time": 2_000, "greedy": True, "end": ["stuck"]}
+    t.add_race(cut, 5)  # a greedy race that did not finish: where and why it ended
+    assert {k: t.history[-1][k] for k in ("time_ms", "progress", "end")} == {
+        "time_ms": None,
+        "progress": 0.5,
+        "end": ["stuck"],
+    }
     # a later, slower greedy race is not a new best after the resume
     assert not t.add_race({**base, "finished": True, "race_time": 13_000, "greedy": True}, 5)
     state = s.state_dict()

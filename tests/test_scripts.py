@@ -60,7 +60,7 @@ def test_bench_learning_rows_by_hand():
         {"wall_s": 60.0, "time_ms": None},
         {"wall_s": 150.0, "time_ms": 30_000.0},  # first finish at 2.5 min
         {"wall_s": 700.0, "time_ms": 22_000.0},  # the closing window: 600..1200 s
-        {"wall_s": 900.0, "time_ms": None},
+        {"wall_s": 900.0, "time_ms": None, "progress": 0.6},
         {"wall_s": 1000.0, "time_ms": 24_000.0},
         {"wall_s": 1190.0, "time_ms": 23_000.0},
     ]
@@ -69,6 +69,11 @@ def test_bench_learning_rows_by_hand():
     assert row["late_races"] == 4 and row["finish_rate"] == 0.75
     assert row["median_ratio"] == 1.15  # median of 1.10, 1.20, 1.15
     assert row["best_ratio"] == 1.1
+    assert row["lost_median_progress"] == 0.6 and row["lost_at_start"] == 0.0
+    late_stalls = [*history, {"wall_s": 1195.0, "time_ms": None, "progress": 0.01}]
+    stalled = bench.summarise(late_stalls, 20_000.0, 30, 1200.0)  # 2 of 5 late races lost
+    assert stalled["lost_median_progress"] == pytest.approx(0.305)  # median of 0.6, 0.01
+    assert stalled["lost_at_start"] == 0.2  # 1 of the 5 late races never left the start
     assert not bench.meets(row)  # 75% < 90%
     assert bench.meets({**row, "finish_rate": 0.9})
     assert bench.window_s(6) == 120.0  # a short budget reads its last third
@@ -77,7 +82,12 @@ def test_bench_learning_rows_by_hand():
     # the table names a row's map and the overrides it ran with
     row.update(map="hairpins", option="hairpins", minutes=30, run_id="0123456789", overrides="")
     line = bench.table([row]).splitlines()[2]
-    assert line.startswith("| hairpins | 30 min | 2.5 min | 75% of 4 | 1.150 | 1.100 | 6 | no |")
+    want = (
+        "| hairpins | 30 min | 2.5 min | 75% of 4 | 1.150 | 60% of the map, 0% of races | 1.100 |"
+    )
+    assert line.startswith(want)
+    old = {k: v for k, v in row.items() if not k.startswith("lost_")}  # a row measured before
+    assert "| 1.150 | - | 1.100 | 6 | no |" in bench.table([old]).splitlines()[2]
     tuned = bench.table([{**row, "overrides": "buffer.lost_ends=[stuck]"}]).splitlines()[2]
     assert tuned.startswith("| hairpins `buffer.lost_ends=[stuck]` | 30 min |")
 

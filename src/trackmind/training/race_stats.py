@@ -47,7 +47,7 @@ class RaceStats:
         self.weights_versions: set[int] = set()
         self._start = self._t0 = time.monotonic()
         self._transitions_at_t0 = 0
-        self.history: list[dict] = []  # (frames, map, greedy time) of every greedy race
+        self.history: list[dict] = []  # frames, map, time, progress, end of every greedy race
 
     def add_race(self, r: dict, n_transitions: int, frames: int = 0) -> bool:
         """Record a race; True when it is the best greedy race so far on its map."""
@@ -60,6 +60,7 @@ class RaceStats:
         self.finishes[m].append(bool(r["finished"]))
         length = self.length_m.get(m)
         meters = r.get("meters_advanced_along_centerline")
+        share = None
         if length and meters is not None and len(meters):
             share = min(1.0, max(0.0, float(max(meters)) / length))
             self.progress[m].append(share)
@@ -80,7 +81,16 @@ class RaceStats:
             t = float(r["race_time"]) if r.get("finished") else None
             self.last_greedy[m] = t
             self.history.append(
-                {"frames": frames, "map": m, "time_ms": t, "wall_s": time.monotonic() - self._start}
+                {
+                    "frames": frames,
+                    "map": m,
+                    "time_ms": t,
+                    "wall_s": time.monotonic() - self._start,
+                    # where and why a race that did not finish ended (the learning benchmark
+                    # tells stalls at the start from crashes further on)
+                    "progress": share,
+                    "end": list(r.get("end") or ()),
+                }
             )
         return new_best
 
