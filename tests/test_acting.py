@@ -135,7 +135,7 @@ def test_greedy_races_repeat_exactly_with_their_recorded_version():
     evaluator = GameInstanceManager(one, one_cycle)
     entry = one_cycle.entries[0]
     for r in greedy_races:
-        assert len(r["actions"]) > 20  # long enough that live weights changed during it
+        assert len(r["actions"]) > 10  # long enough that live weights changed during it
 
         def frozen_policy(obs, greedy, v=r["weights_version"]):
             one_net.load_state_dict(versions[v])

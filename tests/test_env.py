@@ -31,6 +31,7 @@ from trackmind.sim.driver import PurePursuitDriver
 CONF = Path(__file__).resolve().parents[1] / "conf"
 NOTHING, ACCEL = 3, 0
 SMALL = {**default_env_config(), "frame_shape": [24, 32]}
+ACTION_MS = SMALL["tick_ms"] * SMALL["ticks_per_action"]  # conf/env/sim.yaml's action step
 
 
 def _race(n_cars=2, env=None, reward=None, maps="starter"):
@@ -235,23 +236,23 @@ def _env_with(terms):
 
 def test_no_progress_cuts_after_two_seconds_without_a_new_zone():
     race = _race(env=_env_with({"no_progress": {"params": {"window_ms": 2000}}}))
-    # standing still: 2000 ms = 40 actions of 50 ms
-    assert _first_end(race, NOTHING) == (40, False, True, ["no_progress"])
+    # standing still: 2000 ms = 2000 / ACTION_MS actions
+    assert _first_end(race, NOTHING) == (2000 // ACTION_MS, False, True, ["no_progress"])
 
 
 def test_stuck_terminates_when_the_car_does_not_move():
     race = _race(env=_env_with({"stuck": {"params": {"window_ms": 3000, "min_distance_m": 1}}}))
-    assert _first_end(race, NOTHING) == (60, True, False, ["stuck"])
+    assert _first_end(race, NOTHING) == (3000 // ACTION_MS, True, False, ["stuck"])
     race.reset()
-    for _ in range(80):  # a moving car is never stuck
+    for _ in range(4000 // ACTION_MS):  # a car driving for 4 s is never stuck
         _, _, term, _, _ = race.step(np.full(2, ACCEL))
         assert not term.any()
 
 
 def test_timeout_truncates_at_the_limit():
     race = _race(env=_env_with({"timeout": {"params": {"max_race_ms": 1234}}}))
-    # race time reaches 1250 >= 1234 on action 25
-    assert _first_end(race, ACCEL) == (25, False, True, ["timeout"])
+    # race time reaches k * ACTION_MS >= 1234 on action k = ceil(1234 / ACTION_MS)
+    assert _first_end(race, ACCEL) == (-(-1234 // ACTION_MS), False, True, ["timeout"])
 
 
 def test_terminations_are_per_car_and_reset_per_car():
@@ -282,13 +283,15 @@ def test_gymnasium_checker_passes(space):
 
 def test_vector_env_autoresets_on_the_next_step():
     venv = RaceVectorEnv(
-        num_envs=3, maps="starter", env=_env_with({"timeout": {"params": {"max_race_ms": 100}}})
+        num_envs=3,
+        maps="starter",
+        env=_env_with({"timeout": {"params": {"max_race_ms": 2 * ACTION_MS}}}),
     )
     obs, _ = venv.reset(seed=0)
     assert venv.observation_space.contains(obs)
     _, _, _, trunc, _ = venv.step(np.zeros(3, int))
     assert not trunc.any()
-    obs, rew, term, trunc, info = venv.step(np.zeros(3, int))  # 100 ms: truncated
+    obs, rew, term, trunc, info = venv.step(np.zeros(3, int))  # 2 actions: truncated
     assert trunc.all() and not term.any()
     obs, rew, term, trunc, info = venv.step(np.zeros(3, int))  # reset step
     assert not trunc.any() and np.all(rew == 0) and np.all(info["race_time_ms"] == 0)

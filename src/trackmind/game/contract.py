@@ -53,13 +53,19 @@ class GameObservation:
     car: CarState
 
 
+# The game's own step: TMNF's physics tick, and an action held for 5 of them (Linesight's
+# 50 ms). A training environment may hold each action longer (env.ticks_per_action).
+TICK_MS = 10
+TICKS_PER_ACTION = 5
+
+
 @runtime_checkable
 class GameInstance(Protocol):
     """A game that runs races: reset, act, advance one action step, observe, rewind."""
 
     n_cars: int
     frame_shape: tuple[int, int]  # (H, W)
-    action_ms: int  # race time covered by one step (default 50 ms)
+    action_ms: int  # race time covered by one step (TICK_MS * TICKS_PER_ACTION by default)
 
     def reset(self, cars: np.ndarray | list[int] | None = None, maps=None) -> GameObservation:
         """Put the given cars (all by default) at the start line of their map.

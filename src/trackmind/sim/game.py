@@ -14,7 +14,7 @@ import numpy as np
 
 from trackmind.defaults import env_defaults
 from trackmind.game.actions import ACTIONS, validate_actions
-from trackmind.game.contract import CarState, GameObservation
+from trackmind.game.contract import TICK_MS, TICKS_PER_ACTION, CarState, GameObservation
 from trackmind.sim import physics as ph
 from trackmind.sim.mapio import load_map
 from trackmind.sim.render import (
@@ -103,8 +103,10 @@ class SimGame:
         maps: map for every car (Track or spec such as "starter", "procedural:3", a file),
             or a list with one per car.
         frame_shape: (H, W) of the grayscale frames; None renders no frames (floats only).
-        tick_ms: physics tick; ticks_per_action: ticks one action is held; zone_spacing_m:
-            spacing of the zone centers that zone_idx counts (None: conf/env/sim.yaml's).
+        tick_ms: physics tick; ticks_per_action: ticks one action is held (the game's own
+            step, 50 ms, by default; the training env chooses its own in conf/env/sim.yaml).
+        zone_spacing_m: spacing of the zone centers that zone_idx counts (None:
+            conf/env/sim.yaml's).
         render_threads: threads that render the batch's frames (numba's; 1: this thread).
     """
 
@@ -115,8 +117,8 @@ class SimGame:
         frame_shape: tuple[int, int] | None = (120, 160),
         vehicle: VehicleParams | None = None,
         camera: CameraParams | None = None,
-        tick_ms: int | None = None,
-        ticks_per_action: int | None = None,
+        tick_ms: int = TICK_MS,
+        ticks_per_action: int = TICKS_PER_ACTION,
         zone_spacing_m: float | None = None,
         zones_before_start: int = 1,
         render_threads: int = 1,
@@ -129,10 +131,8 @@ class SimGame:
                 f"(NUMBA_NUM_THREADS), got {render_threads}"
             )
         self.render_threads = int(render_threads)
-        env = env_defaults()
-        tick_ms = env["tick_ms"] if tick_ms is None else tick_ms
-        ticks_per_action = env["ticks_per_action"] if ticks_per_action is None else ticks_per_action
-        zone_spacing_m = env["zone_spacing_m"] if zone_spacing_m is None else zone_spacing_m
+        if zone_spacing_m is None:
+            zone_spacing_m = env_defaults()["zone_spacing_m"]
         if tick_ms <= 0 or ticks_per_action <= 0:
             raise ValueError("tick_ms and ticks_per_action must be > 0")
         self.n_cars = int(n_cars)

@@ -14,6 +14,7 @@ from typing import Any
 
 from trackmind.env.manager import as_dict
 from trackmind.errors import require
+from trackmind.game.contract import TICK_MS, TICKS_PER_ACTION
 from trackmind.sim.mapio import load_map
 from trackmind.sim.track import Track
 from trackmind.tmi.config import (
@@ -79,7 +80,7 @@ def make_tminterface_game(
         track,
         interface_factory(tmi, frame_shape),
         tmi,
-        action_ms=10 * int(cfg.get("ticks_per_action", 5)),
+        action_ms=TICK_MS * int(cfg.get("ticks_per_action", TICKS_PER_ACTION)),
         zone_spacing_m=float(cfg.get("zone_spacing_m", 10.0)),
         challenges=challenges,
         capture=capture,

@@ -18,6 +18,7 @@ from typing import Any
 
 from trackmind.defaults import env_defaults
 from trackmind.errors import ConfigError, check_schema, require
+from trackmind.game.contract import TICK_MS
 from trackmind.sim.maps import builtin_names
 
 KEY = "env.tminterface"
@@ -240,8 +241,8 @@ def check_run(cfg: dict, cycle: Any) -> None:
         return
     tmi = tminterface_config(env)
     env = {**env_defaults(), **env}
-    require(env["tick_ms"] == 10, "env.tick_ms", "the game's physics tick is 10 ms")
-    action_ms = 10 * int(env["ticks_per_action"])
+    require(env["tick_ms"] == TICK_MS, "env.tick_ms", f"the game's physics tick is {TICK_MS} ms")
+    action_ms = TICK_MS * int(env["ticks_per_action"])
     col = cfg["collector"]
     require(
         col.get("cars_per_process") == 1,
