@@ -23,6 +23,7 @@ os.environ.setdefault("NUMBA_NUM_THREADS", str(os.cpu_count() or 1))
 
 import numpy as np  # noqa: E402
 
+from trackmind.game.contract import TICKS_PER_ACTION  # noqa: E402
 from trackmind.sim.game import SimGame  # noqa: E402
 from trackmind.sim.maps import builtin_names  # noqa: E402
 
@@ -58,6 +59,7 @@ def bench_managers(batch: int, shape, steps: int, repeats: int) -> tuple[float, 
 
     env = default_env_config()
     env["frame_shape"] = list(shape)
+    env["ticks_per_action"] = TICKS_PER_ACTION  # the game's own step, as the SimGame rows
     race = make_race(env, n_cars=batch, maps="starter")
     rng = np.random.default_rng(0)
     acts = np.where(rng.random((steps, batch)) < 0.7, 0, rng.integers(0, 12, (steps, batch)))

@@ -201,7 +201,7 @@ def test_reward_normalizer_matches_running_moments():
 def test_time_penalty_pays_the_exact_remainder_on_the_finishing_step():
     race = _race(n_cars=1)
     race.reset()
-    driver = PurePursuitDriver([race.game.track(0)], speed_share=0.8)
+    driver = PurePursuitDriver([race.game.track(0)], speed_share=0.8, action_ms=ACTION_MS)
     total, t_prev = 0.0, 0
     for _ in range(2000):
         obs, rew, term, trunc, info = race.step(driver.act(race.car))

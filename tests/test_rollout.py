@@ -37,7 +37,7 @@ def _driver_policy(race, explore_every=0):
         tracks = [race.game.track(c) for c in range(race.n_cars)]
         key = tuple(id(t) for t in tracks)
         if key not in drivers:  # the driver follows each car's current map
-            drivers[key] = PurePursuitDriver(tracks, speed_share=0.8)
+            drivers[key] = PurePursuitDriver(tracks, speed_share=0.8, action_ms=race.action_ms)
         a = drivers[key].act(race.car)
         state["k"] += 1
         was_greedy = np.ones(race.n_cars, bool)

@@ -173,7 +173,9 @@ def _evaluate_map(
         if video:
             from trackmind.tracking.media import render_race_gif
 
-            print(f"wrote {render_race_gif(entry.track, shown, Path(plot_dir) / f'{safe}.gif')}")
+            gif = Path(plot_dir) / f"{safe}.gif"
+            action_ms = race.action_ms
+            print(f"wrote {render_race_gif(entry.track, shown, gif, action_ms=action_ms)}")
     progress = max(max(r["meters_advanced_along_centerline"]) for r in results)
     return {
         "map": entry.name,

@@ -23,9 +23,16 @@ KEPT = ("map", "positions", "speeds", "yaws", "race_time", "finished", "weights_
 class BestRaceMedia(L.Callback):
     """Collects new best greedy races (`record`) and draws them at a steady pace."""
 
-    def __init__(self, output_dir: Path, tracks: dict[str, Any], every_s: float = 120.0) -> None:
+    def __init__(
+        self,
+        output_dir: Path,
+        tracks: dict[str, Any],
+        every_s: float = 120.0,
+        action_ms: int = 50,
+    ) -> None:
         self.dir = Path(output_dir) / "media"
         self.tracks = tracks
+        self.action_ms = int(action_ms)  # race time of one recorded step (the GIF's clock)
         self.every_s = float(every_s)
         self.pending: dict[str, dict] = {}
         self.written: list[Path] = []
@@ -58,7 +65,7 @@ class BestRaceMedia(L.Callback):
             title = f"{name}: best greedy race {r['race_time'] / 1000:.2f} s (learner step {step})"
             try:
                 files = [plot_trajectory(track, r, d / f"{stem}.png", title=title)]
-                files.append(render_race_gif(track, r, d / f"{stem}.gif"))
+                files.append(render_race_gif(track, r, d / f"{stem}.gif", action_ms=self.action_ms))
             except Exception as e:  # a picture must never stop training
                 log.warning("could not draw the best race on %s: %s", name, e)
                 continue

@@ -100,7 +100,10 @@ def build_learner(plan: RunPlan, resumed_state: dict | None) -> Learner:
         net,
         cfg["learner"],
         n_quantiles_train=int(cfg["network"]["n_quantiles_train"]),
-        n_quantiles_target=int(cfg["network"]["n_quantiles_target"]),
+        # runs saved before the key existed used the training count for the target too
+        n_quantiles_target=int(
+            cfg["network"].get("n_quantiles_target", cfg["network"]["n_quantiles_train"])
+        ),
         frames=shared.frames_played,
         publish=WeightPublisher(shared, history),
         on_priorities=buffers.update_priorities if buffers.config.prioritized else None,
@@ -240,7 +243,8 @@ def wire_run(plan: RunPlan, output_dir: Path, learner: Learner) -> RunParts:
     )
     tracks = {e.name: e.track for e in plan.cycle.entries}
     maps = [e.name for e in plan.cycle.entries]  # a map repeated in the cycle counts again
-    media = BestRaceMedia(output_dir, tracks, float(cfg["logger"].get("media_every_s", 120)))
+    every_s = float(cfg["logger"].get("media_every_s", 120))
+    media = BestRaceMedia(output_dir, tracks, every_s, action_ms=plan.ms_per_action)
     best = BestRaceKeeper(output_dir / "best.pt", cfg, learner.history, learner.module, media)
     dm = build_data(plan, learner, pool, on_best_race=best)
     pool.on_restart = restarts = RestartLog(dm)
