@@ -2,8 +2,10 @@
 
 conf/ is installed with the package as `trackmind.conf` (pyproject.toml's package-dir maps
 the repository's conf/ there; an editable install reads the repository's files), so code run
-without Hydra (``gymnasium.make("trackmind/Race-v0")``, ``SimGame(...)``) takes its defaults
-from the very files `scripts/train.py` composes: each default is written once, in YAML.
+without Hydra (``gymnasium.make("trackmind/Race-v0")``, SimGame's zone spacing, the TMInterface
+checks) takes its defaults from the very files `scripts/train.py` composes: each default is
+written once, in YAML. The game's own step is not one of them: it is the GameInstance
+contract's (game/contract.py TICK_MS, TICKS_PER_ACTION).
 """
 
 from __future__ import annotations
