@@ -102,6 +102,7 @@ def test_cycle_finder_on_a_hand_made_graph():
         "import x\nfrom y import z\nif TYPE_CHECKING:\n    import t\ndef f():\n    import u\n"
     )
     assert module_level_imports(tree) == {"x", "y", "y.z"}
+    assert every_import(tree) == {"x", "y", "u"}
 
 
 def test_no_module_level_import_cycle():
@@ -120,3 +121,56 @@ def test_no_package_level_import_cycle():
     found = cycles(dict(packages))
     detail = [why.get((a, b)) for c in found for a in c for b in c if (a, b) in why]
     assert found == [], detail
+
+
+# The layers, lowest first; a package imports only from lower layers (module-level imports and
+# deferred ones inside functions alike). Upward choices (the real game, Ray) are entry points
+# named in trackmind.backends and imported by name when a run chooses them.
+LAYERS = [
+    {"errors", "defaults", "logs", "queueing", "backends", "cli", "conf"},
+    {"game"},  # the contract every game implements
+    {"sim"},
+    {"env", "tracking"},
+    {"agent", "replay"},
+    {"training"},
+    {"distributed", "tmi", "evaluation"},
+]
+
+
+def every_import(tree: ast.Module) -> set[str]:
+    """Modules a file imports anywhere (functions included; not annotations under
+    `if TYPE_CHECKING:`), absolute imports only."""
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            children = node.orelse
+        else:
+            children = list(ast.iter_child_nodes(node))
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+        for child in children:
+            visit(child)
+
+    visit(tree)
+    return found
+
+
+def test_imports_go_down_the_layers():
+    layer = {pkg: i for i, pkgs in enumerate(LAYERS) for pkg in pkgs}
+    upward = []
+    for path in (SRC / "trackmind").rglob("*.py"):
+        a = package_of(module_name(path))
+        if a == "trackmind":
+            continue
+        assert a in layer, f"{a} is in no layer of LAYERS"
+        for other in every_import(ast.parse(path.read_text())):
+            if not other.startswith("trackmind."):
+                continue
+            b = package_of(other)
+            up = layer[b] > layer[a] or (layer[b] == layer[a] and layer[a] > 0)
+            if b != a and up:  # the base layer's small modules may use each other
+                upward.append(f"{module_name(path)} imports {other}")
+    assert upward == []

@@ -14,6 +14,7 @@ from typing import Any
 
 import trackmind.env.obs_terms  # noqa: F401  (registers the observation terms)
 import trackmind.env.reward_terms  # noqa: F401  (registers the reward terms)
+from trackmind.backends import GAMES, REALTIME, choose, load
 from trackmind.defaults import env_defaults, reward_defaults
 from trackmind.env.manager import as_dict
 from trackmind.env.observations import FLOATS, ObservationManager, build_observation_manager
@@ -124,8 +125,16 @@ def float_dim_of(obs: ObservationManager, key: str = FLOATS) -> int:
         return 0
 
 
-def make_sim_game(env_cfg: Mapping | Any, n_cars: int, maps: Any, key: str = "env"):
-    """The built-in simulator as the config describes it."""
+def make_sim_game(
+    env_cfg: Mapping | Any,
+    n_cars: int,
+    maps: Any,
+    instance: int = 0,
+    challenges: Mapping[str, str] | None = None,
+    key: str = "env",
+):
+    """The built-in simulator as the config describes it (`instance` and `challenges` name a
+    real game's server and map files: a simulator needs neither)."""
     from trackmind.sim.game import SimGame
     from trackmind.sim.render import CameraParams
     from trackmind.sim.vehicle import VehicleParams
@@ -183,11 +192,21 @@ def make_race(
     reward_cfg = default_reward_config() if reward_cfg is None else reward_cfg
     obs, rew, term = build_managers(env_cfg, reward_cfg)
     if game is None:
-        env = as_dict(env_cfg, "env")
-        if env.get("backend", "sim") == "sim" and env.get("realtime") is None:
-            game = make_sim_game(env_cfg, n_cars, maps)
-        else:  # the real game, or any game in real time
-            from trackmind.tmi.build import make_game
-
-            game = make_game(env, n_cars, maps, instance=instance, challenges=challenges)
+        game = make_game(env_cfg, n_cars, maps, instance=instance, challenges=challenges)
     return VecRace(game, obs, rew, term)
+
+
+def make_game(
+    env_cfg: Mapping | Any,
+    n_cars: int,
+    maps: Any,
+    instance: int = 0,
+    challenges: Mapping[str, str] | None = None,
+    key: str = "env",
+):
+    """The game `env.backend` names (trackmind.backends.GAMES), behind real-time steps when
+    `env.realtime` is set; the one place a game is chosen."""
+    cfg = as_dict(env_cfg, key)
+    backend = choose(GAMES, cfg.get("backend", "sim"), f"{key}.backend")
+    game = load(backend.build)(cfg, n_cars, maps, instance=instance, challenges=challenges, key=key)
+    return game if cfg.get("realtime") is None else load(REALTIME)(game, cfg, key)

@@ -1,9 +1,9 @@
-"""Games from the `env` config: the simulator or a TMInterface game, optionally real time.
+"""The real game from the `env` config, and real-time steps over any game.
 
-`make_game` is what `trackmind.env.build.make_race` calls for anything but a plain sim: it
-builds game instance `instance` (the collector index, so each collector gets its own
-TMInterface server), and wraps the game in the rtgym-style real-time stepper when
-`env.realtime.enabled` is set.
+`trackmind.env.build.make_game` chooses the game (trackmind.backends names these two
+builders): `make_tminterface_game` builds game instance `instance` (the collector index, so
+each collector gets its own TMInterface server), `wrap_realtime` puts a game behind the
+rtgym-style real-time stepper when `env.realtime` is set.
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
+from trackmind.env.build import env_config, frame_shape_of
 from trackmind.env.manager import as_dict
 from trackmind.errors import require
-from trackmind.game.contract import TICK_MS, TICKS_PER_ACTION
+from trackmind.game.contract import TICK_MS
 from trackmind.sim.mapio import load_map
 from trackmind.sim.track import Track
 from trackmind.tmi.config import (
@@ -50,18 +51,20 @@ def interface_factory(
 
 def make_tminterface_game(
     env_cfg: Mapping | Any,
+    n_cars: int,
     maps: Any,
     instance: int = 0,
     challenges: Mapping[str, str] | None = None,
     key: str = "env",
 ):
     """A TMInterfaceGame on server `<server_prefix><first_server + instance>`."""
-    from trackmind.env.build import frame_shape_of
     from trackmind.tmi.capture import make_capture
     from trackmind.tmi.game import TMInterfaceGame
     from trackmind.tmi.launcher import CommandLauncher, StandinLauncher
 
+    require(n_cars == 1, "collector.cars_per_process", "must be 1 with a TMInterface game")
     cfg = as_dict(env_cfg, key)
+    env = env_config(cfg, key)
     tmi = tminterface_config(cfg)
     frame_shape = frame_shape_of(cfg, key)
     server = tmi.server(instance)
@@ -80,18 +83,22 @@ def make_tminterface_game(
         track,
         interface_factory(tmi, frame_shape),
         tmi,
-        action_ms=TICK_MS * int(cfg.get("ticks_per_action", TICKS_PER_ACTION)),
-        zone_spacing_m=float(cfg.get("zone_spacing_m", 10.0)),
+        action_ms=TICK_MS * env.ticks_per_action,
+        zone_spacing_m=float(env.zone_spacing_m),
         challenges=challenges,
         capture=capture,
         launcher=launcher,
     )
 
 
-def wrap_realtime(game: Any, rt: RealTimeConfig):
-    """The game behind rtgym-style elastic real-time steps."""
+def wrap_realtime(game: Any, env_cfg: Mapping | Any, key: str = "env"):
+    """The game behind rtgym-style elastic real-time steps (`env.realtime`); the game itself
+    when the section is disabled."""
     from trackmind.tmi.realtime import RealTimeGame
 
+    rt: RealTimeConfig | None = realtime_config(as_dict(env_cfg, key))
+    if rt is None:
+        return game
     return RealTimeGame(
         game,
         time_step_duration=rt.time_step_duration,
@@ -100,24 +107,3 @@ def wrap_realtime(game: Any, rt: RealTimeConfig):
         act_buf_len=rt.act_buf_len,
         default_action=rt.default_action,
     )
-
-
-def make_game(
-    env_cfg: Mapping | Any,
-    n_cars: int,
-    maps: Any,
-    instance: int = 0,
-    challenges: Mapping[str, str] | None = None,
-    key: str = "env",
-):
-    """The game `env_cfg` describes: sim or tminterface, real time if asked."""
-    from trackmind.env.build import make_sim_game
-
-    cfg = as_dict(env_cfg, key)
-    if cfg.get("backend", "sim") == "tminterface":
-        require(n_cars == 1, "collector.cars_per_process", "must be 1 with a TMInterface game")
-        game = make_tminterface_game(cfg, maps, instance, challenges, key)
-    else:
-        game = make_sim_game(cfg, n_cars, maps, key)
-    rt = realtime_config(cfg)
-    return game if rt is None else wrap_realtime(game, rt)

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from trackmind.backends import COLLECTOR_POOLS, GAME_RUN_CHECK, GAMES, choose, load
 from trackmind.env.build import (
     build_managers,
     env_config,
@@ -26,7 +27,6 @@ from trackmind.env.observations import FLOATS
 from trackmind.errors import check_known_keys, check_schema, require
 from trackmind.training.schema import (
     CheckpointConfig,
-    CollectorConfig,
     LoggerConfig,
     MapConfig,
     TrainerConfig,
@@ -107,11 +107,7 @@ def plan_run(cfg: Any) -> RunPlan:
     for group in ("learner", "trainer", "logger"):
         require(isinstance(cfg.get(group), Mapping), group, "missing config group")
     env = cfg["env"]
-    require(
-        env.get("backend", "sim") in ("sim", "tminterface"),
-        "env.backend",
-        f"unknown backend {env.get('backend')!r} (known: sim, tminterface)",
-    )
+    choose(GAMES, env.get("backend", "sim"), "env.backend")
     obs, rew, _ = build_managers(env, cfg["reward"])
     frame_shape = frame_shape_of(env)
     float_dim = float_dim_of(obs)
@@ -123,25 +119,17 @@ def plan_run(cfg: Any) -> RunPlan:
     ms_per_action = env_config(env).action_ms
     bcfg.horizon_actions(ms_per_action)
     cfg["learner"] = asdict(learner_config(cfg["learner"]))
-    from trackmind.distributed.config import RayCollectorConfig, validate_ray_collector
-
-    schemas = {"local": CollectorConfig, "ray": RayCollectorConfig}
-    backend = cfg["collector"].get("backend")
-    require(
-        backend in schemas, "collector.backend", f"unknown backend {backend!r} (known: local, ray)"
-    )
-    cfg["collector"] = asdict(check_schema(cfg["collector"], schemas[backend], "collector"))
-    if backend == "ray":
-        validate_ray_collector(cfg["collector"])
+    pool = choose(COLLECTOR_POOLS, cfg["collector"].get("backend"), "collector.backend")
+    cfg["collector"] = asdict(check_schema(cfg["collector"], load(pool.schema), "collector"))
+    if pool.check is not None:
+        load(pool.check)(cfg["collector"])  # e.g. Ray installed, its cluster answering
     # run-level groups: structured schemas (types, unknown keys, ranges), values normalised
     cfg["trainer"] = asdict(check_schema(cfg["trainer"], TrainerConfig, "trainer"))
     cfg["logger"] = asdict(check_schema(cfg["logger"], LoggerConfig, "logger"))
     cfg["checkpoint"] = asdict(check_schema(cfg.get("checkpoint"), CheckpointConfig, "checkpoint"))
     cycle = MapCycle.from_config(cfg["map"].get("cycle"), "map.cycle")
     check_schema(cfg["map"], MapConfig, "map")
-    from trackmind.tmi.config import check_run
-
-    check_run(cfg, cycle)  # real game / real time: settings, real maps, servers answering
+    load(GAME_RUN_CHECK)(cfg, cycle)  # real game / real time: settings, maps, servers answering
     stats = obs.term(FLOATS)
     # rollouts record Phi already multiplied by each term's weight (RewardManager.potentials)
     recorded = [t.name for t in rew.terms if t.is_potential and rew.shaping == "collate"]

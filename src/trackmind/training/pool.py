@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
+from trackmind.backends import COLLECTOR_POOLS, choose, load
 from trackmind.training.collector import collector_process_fn
 from trackmind.training.shared import SharedHandles, spawn_context
 
@@ -155,10 +156,7 @@ class LocalCollectorPool:
 def make_collector_pool(
     cfg: dict, shared: SharedHandles, n_processes: int, max_restarts: int, seed: int = 0
 ) -> CollectorPool:
-    """The configured backend's pool: local processes, or Ray actors (collector=ray; Ray is
-    an optional feature, imported only then)."""
-    if cfg["collector"].get("backend", "local") == "ray":
-        from trackmind.distributed.pool import RayCollectorPool
-
-        return RayCollectorPool(cfg, shared, n_processes, max_restarts, seed)
-    return LocalCollectorPool(cfg, shared, n_processes, max_restarts, seed)
+    """The configured backend's pool (trackmind.backends.COLLECTOR_POOLS): local processes,
+    or Ray actors (collector=ray; Ray is an optional feature, imported only then)."""
+    pool = choose(COLLECTOR_POOLS, cfg["collector"].get("backend", "local"), "collector.backend")
+    return load(pool.build)(cfg, shared, n_processes, max_restarts, seed)
