@@ -117,16 +117,12 @@ def plain_quantile_huber_loss(z, taus, actions, z_next, rewards, discounts, kapp
 
 
 class Stepper:
-    """Optimizer, clipping and (optional) fp16 autocast with loss scaling, shared by both."""
+    """Clipping, the optimizer's step and (optional) fp16 autocast with loss scaling, shared
+    by both (ours gets its optimizer from IQNLightningModule.configure_optimizers)."""
 
-    def __init__(self, params, learner: dict, device: torch.device, amp: bool) -> None:
-        self.params = list(params)
-        self.opt = torch.optim.RAdam(
-            self.params,
-            lr=schedule_from(learner["lr"], "lr")(0),
-            eps=float(learner["adam_eps"]),
-            weight_decay=float(learner["weight_decay"]),
-        )
+    def __init__(self, opt, learner: dict, device: torch.device, amp: bool) -> None:
+        self.opt = opt
+        self.params = [p for g in opt.param_groups for p in g["params"]]
         self.clip = float(learner["grad_clip_norm"])
         self.amp = amp and device.type == "cuda"
         self.scaler = torch.amp.GradScaler("cuda") if self.amp else None
@@ -173,7 +169,13 @@ class Reference:
     def __init__(self, nc: NetworkConfig, learner: dict, device, batch: int, amp: bool) -> None:
         self.online = PlainIQN(nc).to(device)
         self.target = copy.deepcopy(self.online).requires_grad_(False)
-        self.stepper = Stepper(self.online.parameters(), learner, device, amp)
+        opt = torch.optim.RAdam(
+            self.online.parameters(),
+            lr=schedule_from(learner["lr"], "lr")(0),
+            eps=float(learner["adam_eps"]),
+            weight_decay=float(learner["weight_decay"]),
+        )
+        self.stepper = Stepper(opt, learner, device, amp)
         self.kappa, self.n = float(learner["kappa"]), nc.n_quantiles_train
         g = torch.Generator().manual_seed(0)
         img = None
@@ -254,7 +256,7 @@ def bench_preset(name: str, devices: list[str], args, learner: dict) -> list[dic
         net = build_network(nc, FLOAT_DIM, frame)
         module = IQNLightningModule(net, learner, nc.n_quantiles_train, nc.n_quantiles_target)
         module.to(device)
-        stepper = Stepper(module.online_network.parameters(), learner, device, args.amp)
+        stepper = Stepper(module.configure_optimizers(), learner, device, args.amp)
         ours = Ours(rb, module, stepper, args.batch)
         ref = Reference(nc, learner, device, args.batch, args.amp)
         n_ours = sum(p.numel() for p in module.online_network.parameters())

@@ -59,3 +59,24 @@ def test_replay_ratio_allows_counts_samples_against_data():
     # ratio 8, 100 new transitions: up to 800 samples; 768 served + 32 fits, + 33 does not
     assert replay_ratio_allows(768, 32, 100, 8.0)
     assert not replay_ratio_allows(768, 33, 100, 8.0)
+
+
+def test_collector_messages_are_told_apart_by_type(tmp_path, caplog):
+    """Typed queue messages (trackmind.queueing): stats and errors are counted, a lost race
+    file and an unknown message are logged and bring no race."""
+    from trackmind.queueing import CollectorError, CollectorStats, RaceFile
+
+    shared = make_shared(torch.nn.Linear(2, 2))
+    buffers = make_buffers({"learning_starts": 100}, None, 2)
+    dm = ReplayDataModule(buffers, shared, 8, 1.0, gamma=lambda: 1.0)
+    assert dm._handle(CollectorStats(3, {"inference_ms_per_action": 0.5})) == 0
+    assert dm.stats.collector_timings[3] == {"inference_ms_per_action": 0.5}
+    with caplog.at_level("WARNING"):
+        assert dm._handle(CollectorError(1, "Traceback: boom")) == 0
+        assert dm._handle(RaceFile(str(tmp_path / "gone.pkl"))) == 0
+        assert dm._handle({"type": "race"}) == 0  # a message of the old dict kind
+    assert dm.stats.collector_errors == 1
+    text = caplog.text
+    assert "collector 1 failed" in text and "boom" in text
+    assert "lost a race file" in text and "unknown collector message: 'dict'" in text
+    assert len(buffers) == 0 and dm.transitions_added == 0

@@ -1,4 +1,5 @@
-"""Putting onto a bounded queue without blocking shutdown.
+"""What collectors send the learner, and putting it onto a bounded queue without blocking
+shutdown.
 
 Producers (collector processes, a Ray wrapper's racing thread) wait while the consumer is
 busy, which keeps the replay ratio, but must give up as soon as they are asked to stop, or
@@ -9,7 +10,41 @@ from __future__ import annotations
 
 import queue
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class RaceFile:
+    """A race a local collector wrote to its spool file; the queue carries only the path."""
+
+    path: str
+
+
+@dataclass(frozen=True)
+class RaceInMemory:
+    """A race handed over in this process (collector=ray: fetched from the cluster)."""
+
+    rollout: dict  # RolloutResults (trackmind.env.rollout_results)
+
+
+@dataclass(frozen=True)
+class CollectorStats:
+    """A collector's pipeline timings (PipelineMonitor.summary), every few seconds."""
+
+    collector: int
+    timings: dict[str, float]
+
+
+@dataclass(frozen=True)
+class CollectorError:
+    """A collector's last words: the traceback of what killed it."""
+
+    collector: int
+    traceback: str
+
+
+CollectorMessage = RaceFile | RaceInMemory | CollectorStats | CollectorError
 
 
 class StopFlag(Protocol):

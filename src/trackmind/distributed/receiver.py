@@ -4,10 +4,9 @@ It pulls batches of items from the ReplayBufferInterface (each holds the metadat
 wrapper's batch of races and one reference to them), decides on each race from its metadata
 alone (a race from a policy more than `max_staleness` versions behind the learner
 is dropped and counted, without fetching its data), fetches the rest from the object store
-in one call, checks their layout, and puts them on `queue` as the same messages the
-ReplayDataModule drains from local collectors ({"type": "race", "rollout": ...} and
-{"type": "stats", ...}). Data reaches it only as Ray objects of its own cluster; nothing
-listens for it anywhere else.
+in one call, checks their layout, and puts them on `queue` as messages the ReplayDataModule
+drains like local collectors' (queueing.RaceInMemory, CollectorStats). Data reaches it only
+as Ray objects of its own cluster; nothing listens for it anywhere else.
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ import numpy as np
 import ray
 
 from trackmind.distributed.fragment import check_fragment, check_meta, is_stale
+from trackmind.queueing import CollectorMessage, CollectorStats, RaceInMemory, put_until_stopped
 
 log = logging.getLogger(__name__)
 FETCH_BATCH = 16  # interface items per call (each may hold many races)
@@ -95,7 +95,7 @@ class Receiver:
         for item in items:
             kind, metas, box = item if isinstance(item, tuple) and len(item) == 3 else (0, 0, 0)
             if kind == "stats" and isinstance(box, dict):
-                self._deliver({"type": "stats", "collector": int(metas), "timings": box})
+                self._deliver(CollectorStats(int(metas), box))
                 continue
             boxed = isinstance(box, list) and len(box) == 1 and isinstance(box[0], ray.ObjectRef)
             if kind != "races" or not isinstance(metas, list) or not boxed:
@@ -126,7 +126,7 @@ class Receiver:
                     self.invalid += 1
                     log.warning("dropped a malformed race from the rollout fleet: %s", why)
                     continue
-                self._deliver({"type": "race", "rollout": writable(frag.rollout)})
+                self._deliver(RaceInMemory(writable(frag.rollout)))
 
     def _fetch(self, wanted: list[tuple[Any, list[int]]]) -> list[tuple[Any, list[int]]]:
         if not wanted:
@@ -143,10 +143,5 @@ class Receiver:
                     self.lost += len(fresh)
             return out
 
-    def _deliver(self, msg: dict) -> None:
-        while not self._stop.is_set():
-            try:
-                self.queue.put(msg, timeout=0.2)
-                return
-            except queue_mod.Full:
-                continue
+    def _deliver(self, msg: CollectorMessage) -> None:
+        put_until_stopped(self.queue, msg, self._stop)

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from trackmind.env.rollout_results import pack_rollout
-from trackmind.queueing import put_until_stopped
+from trackmind.queueing import CollectorError, CollectorStats, RaceFile, put_until_stopped
 from trackmind.training.shared import CollectorLink, pull_weights, write_spool
 
 
@@ -37,7 +37,7 @@ def collector_process_fn(cfg: dict, idx: int, shared: CollectorLink, seed: int) 
     try:
         _run(cfg, idx, shared, seed, parent)
     except Exception:
-        _put(shared, {"type": "error", "collector": idx, "traceback": traceback.format_exc()})
+        _put(shared, CollectorError(idx, traceback.format_exc()))
         raise
 
 
@@ -84,14 +84,14 @@ def _run(cfg: dict, idx: int, shared: CollectorLink, seed: int, parent: int) -> 
             shared.frames.value += len(r["actions"])
         with gim.monitor.stage("queue"):
             path = write_spool(shared, pack_rollout(r), seq)
-            if not _put(shared, {"type": "race", "path": path}):
+            if not _put(shared, RaceFile(path)):
                 break
         state["version"] = pull_weights(shared, infer.net, state["version"])  # race start
         state["since_refresh"] = 0
         if time.monotonic() - last_stats > 5.0:
             last_stats = time.monotonic()
             stats = gim.monitor.summary()
-            _put(shared, {"type": "stats", "collector": idx, "timings": stats})
+            _put(shared, CollectorStats(idx, stats))
     race.close()
     if os.getppid() != parent:  # the learner died (kill -9): nobody else will clear the spool
         shutil.rmtree(shared.spool_dir, ignore_errors=True)

@@ -20,6 +20,13 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
+from trackmind.queueing import (
+    CollectorError,
+    CollectorMessage,
+    CollectorStats,
+    RaceFile,
+    RaceInMemory,
+)
 from trackmind.replay.buffers import ReplayBuffers
 from trackmind.training.race_stats import RaceStats
 from trackmind.training.shared import SharedHandles, read_spool
@@ -123,24 +130,27 @@ class ReplayDataModule(L.LightningDataModule):
                 return races
             time.sleep(0.005)
 
-    def _handle(self, msg: dict) -> int:
-        kind = msg.get("type")
-        if kind == "race" and "rollout" in msg:  # handed over in memory (collector=ray)
-            self._add_race(msg["rollout"])
-            return 1
-        if kind == "race":
-            try:
-                r = read_spool(msg["path"])
-            except (OSError, EOFError, pickle.UnpicklingError) as e:
-                log.warning("lost a race file %s: %s", msg.get("path"), e)
-                return 0
-            self._add_race(r)
-            return 1
-        if kind == "stats":
-            self.stats.collector_timings[msg["collector"]] = msg["timings"]
-        elif kind == "error":
-            log.error("collector %s failed:\n%s", msg["collector"], msg["traceback"])
-            self.stats.collector_errors += 1
+    def _handle(self, msg: CollectorMessage) -> int:
+        """One collector message; 1 if it brought a race into the buffer."""
+        match msg:
+            case RaceInMemory(rollout=r):
+                self._add_race(r)
+                return 1
+            case RaceFile(path=path):
+                try:
+                    r = read_spool(path)
+                except (OSError, EOFError, pickle.UnpicklingError) as e:
+                    log.warning("lost a race file %s: %s", path, e)
+                    return 0
+                self._add_race(r)
+                return 1
+            case CollectorStats(collector=c, timings=timings):
+                self.stats.collector_timings[c] = timings
+            case CollectorError(collector=c, traceback=tb):
+                log.error("collector %s failed:\n%s", c, tb)
+                self.stats.collector_errors += 1
+            case _:
+                log.warning("ignored an unknown collector message: %r", type(msg).__name__)
         return 0
 
     def _add_race(self, r: dict) -> None:
