@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from trackmind.env.rollout_results import check_lengths
+from trackmind.env.rollout_results import RolloutResults, check_lengths
 
 # what the learner needs of a rollout, and the per-step arrays whose lengths must agree
 REQUIRED = ("actions", "rewards", "state_float", "map", "finished", "race_time", "potentials")
@@ -36,7 +36,7 @@ class SampleFragment:
     policy_version: int  # weights version at race start (the oldest policy in the race)
     weights_version: int  # version held at race end (what local collectors record)
     n_steps: int  # actions in the race
-    rollout: dict  # packed rollout_results (arrays stacked)
+    rollout: RolloutResults  # packed (arrays stacked)
 
     def meta(self) -> dict[str, int]:
         """What the learner needs to decide on the fragment before fetching its data."""

@@ -1,6 +1,6 @@
 """GameInstanceManager: runs races with a policy and records them as rollout_results.
 
-One rollout_results dict per race (the seeds' keys, see design.md): per-action lists of
+One rollout_results dict per race (RolloutResults, env/rollout_results.py): per-action lists of
 length T (actions, action_was_greedy, q_values, rewards, input_w) and per-state lists of
 length T + 1 (frames, state_float, meters_advanced_along_centerline, current_zone_idx,
 car_gear_and_wheels, positions, speeds, and each potential in `potentials`), plus race_time

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from trackmind.env.rollout_results import RolloutResults
 from trackmind.replay.config import BufferConfig
 from trackmind.replay.nstep import fill_buffer_from_rollout_with_n_steps_rule
 from trackmind.replay.transition_buffer import TransitionBuffer
@@ -74,7 +75,7 @@ class ReplayBuffers:
 
     def add_rollout(
         self,
-        rollout_results: Mapping[str, Any],
+        rollout_results: RolloutResults,
         gamma: float,
         potential_weights: Mapping[str, float] | None = None,
     ) -> tuple[int, int]:

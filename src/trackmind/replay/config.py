@@ -7,6 +7,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from omegaconf import MISSING
+
+from trackmind.defaults import conf_option
 from trackmind.errors import check_schema, require
 
 
@@ -35,24 +38,24 @@ def _is_number(x: Any) -> bool:
 class BufferConfig:
     """Replay settings; its fields are the keys of conf/buffer/default.yaml (check_schema)."""
 
-    # [[frames, capacity], ...]: a staircase, checked and made a tuple of pairs
-    capacity_schedule: Any = ((0, 50_000), (5_000_000, 100_000), (7_000_000, 200_000))
-    learning_starts: int = 20_000
-    test_fraction: float = 0.05
-    chunk_length: int = 64
-    n_steps: int = 3
-    cut_at_non_greedy: bool = True
-    mini_race_duration_ms: int = 7000
-    prioritized: bool = False
-    alpha: float = 0.6
-    beta: float = 0.4
-    priority_eps: float = 1e-6
-    state_margin: float = 0.05
+    # the defaults are conf/buffer/default.yaml's, merged in by from_dict (written once)
+    capacity_schedule: Any = MISSING  # [[frames, capacity], ...]: a staircase, made pairs
+    learning_starts: int = MISSING
+    test_fraction: float = MISSING
+    chunk_length: int = MISSING
+    n_steps: int = MISSING
+    cut_at_non_greedy: bool = MISSING
+    mini_race_duration_ms: int = MISSING
+    prioritized: bool = MISSING
+    alpha: float = MISSING
+    beta: float = MISSING
+    priority_eps: float = MISSING
+    state_margin: float = MISSING
     # a race cut by one of these termination terms is lost: it ends there, and the rest of
     # its mini-race goes on at the reward rate of its last `lost_rate_actions` actions
     # (nstep.py); empty (the default) bootstraps from the cut state, as Linesight does
-    lost_ends: Any = ()
-    lost_rate_actions: int = 10
+    lost_ends: Any = MISSING
+    lost_rate_actions: int = MISSING
 
     def __post_init__(self) -> None:
         self.capacity_schedule = _schedule(self.capacity_schedule, "buffer")
@@ -64,8 +67,10 @@ class BufferConfig:
 
     @classmethod
     def from_dict(cls, cfg: Mapping[str, Any] | None) -> BufferConfig:
-        """The ``buffer`` group (plain dict or DictConfig) checked; defaults fill gaps."""
-        return check_schema(cfg, cls, "buffer")
+        """The ``buffer`` group (plain dict or DictConfig) checked; conf/buffer/default.yaml's
+        values fill the keys it does not set."""
+        require(cfg is None or isinstance(cfg, Mapping), "buffer", "must be a mapping")
+        return check_schema({**conf_option("buffer", "default"), **(cfg or {})}, cls, "buffer")
 
     def validate(self, prefix: str = "buffer") -> None:
         def key(name: str) -> str:

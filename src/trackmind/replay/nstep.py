@@ -30,11 +30,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
-from trackmind.env.rollout_results import check_lengths
+from trackmind.env.rollout_results import RolloutResults, check_lengths
 from trackmind.replay.experience import Experience
 from trackmind.replay.split import chunk_test_mask, runs
 
@@ -76,7 +76,7 @@ def terminal_actions(t_count: int, ended: bool) -> np.ndarray:
     return np.full(t_count, np.inf, dtype=np.float32)
 
 
-def is_lost(rollout_results: Mapping[str, Any], lost_ends: Sequence[str]) -> bool:
+def is_lost(rollout_results: RolloutResults, lost_ends: Sequence[str]) -> bool:
     """True for a race that did not finish and was cut by one of the `lost_ends` terms."""
     if rollout_results["finished"]:
         return False
@@ -113,7 +113,7 @@ def combine_potentials(
 
 
 def experience_from_rollout(
-    rollout_results: Mapping[str, Any],
+    rollout_results: RolloutResults,
     n_steps: int,
     gamma: float,
     potential_weights: Mapping[str, float] | None = None,
@@ -157,7 +157,7 @@ class ExperienceSink(Protocol):
 def fill_buffer_from_rollout_with_n_steps_rule(
     buffer: ExperienceSink,
     buffer_test: ExperienceSink | None,
-    rollout_results: Mapping[str, Any],
+    rollout_results: RolloutResults,
     n_steps: int,
     gamma: float,
     *,

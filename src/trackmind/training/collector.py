@@ -15,6 +15,7 @@ import shutil
 import signal
 import time
 import traceback
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -41,6 +42,33 @@ def collector_process_fn(cfg: dict, idx: int, shared: CollectorLink, seed: int) 
         raise
 
 
+class AgentWeights:
+    """The collector's copy of the shared weights: pulled every `every` actions and at race
+    ends, so a collector acts at most `every` actions behind the learner."""
+
+    def __init__(self, shared: CollectorLink, net: torch.nn.Module, version: int, every: int):
+        self.shared, self.net, self.version, self.every = shared, net, version, every
+        self.since_refresh = 0
+
+    def refresh(self) -> int:
+        """Pull newer weights if there are any; the version acted with from now on."""
+        self.version = pull_weights(self.shared, self.net, self.version)
+        self.since_refresh = 0
+        return self.version
+
+    def tick(self) -> int:
+        """Count one action; refresh when `every` actions passed. The version to act with."""
+        if self.since_refresh >= self.every:
+            self.refresh()
+        self.since_refresh += 1
+        return self.version
+
+
+def _should_stop(shared: CollectorLink, parent: int) -> bool:
+    """Asked to stop, or the learner is gone (its collectors must not outlive it)."""
+    return shared.stop.is_set() or os.getppid() != parent
+
+
 def _run(cfg: dict, idx: int, shared: CollectorLink, seed: int, parent: int) -> None:
     from trackmind.agent.acting import BatchedPolicy
     from trackmind.agent.exploration import build_exploration
@@ -62,32 +90,23 @@ def _run(cfg: dict, idx: int, shared: CollectorLink, seed: int, parent: int) -> 
         seed,
         frames=lambda: shared.frames.value,
     )
-    refresh_every = int(ccfg["refresh_every_actions"])
+    weights = AgentWeights(shared, infer.net, version, int(ccfg["refresh_every_actions"]))
     gim = GameInstanceManager(race, cycle, starts=make_start_bank(cfg["exploration"], seed))
-    state = {"since_refresh": 0, "version": version}
 
     def policy(obs: dict[str, Any], greedy: np.ndarray):
-        if state["since_refresh"] >= refresh_every:
-            state["version"] = pull_weights(shared, infer.net, state["version"])
-            state["since_refresh"] = 0
-        state["since_refresh"] += 1
-        return acting.act(obs, greedy, gim.started, state["version"])
-
-    def should_stop() -> bool:
-        return shared.stop.is_set() or os.getppid() != parent
+        return acting.act(obs, greedy, gim.started, weights.tick())
 
     last_stats = time.monotonic()
-    for seq, r in enumerate(gim.races(policy, should_stop)):
+    for seq, r in enumerate(gim.races(policy, partial(_should_stop, shared, parent))):
         r["collector"] = idx
-        r["weights_version"] = acting.race_version(r["car"], state["version"])
+        r["weights_version"] = acting.race_version(r["car"], weights.version)
         with shared.frames.get_lock():
             shared.frames.value += len(r["actions"])
         with gim.monitor.stage("queue"):
             path = write_spool(shared, pack_rollout(r), seq)
             if not _put(shared, RaceFile(path)):
                 break
-        state["version"] = pull_weights(shared, infer.net, state["version"])  # race start
-        state["since_refresh"] = 0
+        weights.refresh()  # a race starts on the newest weights
         if time.monotonic() - last_stats > 5.0:
             last_stats = time.monotonic()
             stats = gim.monitor.summary()
