@@ -86,10 +86,35 @@ def test_bench_learning_rows_by_hand():
         "| hairpins | 30 min | 2.5 min | 75% of 4 | 1.150 | 60% of the map, 0% of races | 1.100 |"
     )
     assert line.startswith(want)
+    # a map raced in a cycle meets its target at 80% finished
+    assert bench.meets({**row, "option": "builtin_cycle", "finish_rate": 0.8})
+    assert not bench.meets({**row, "option": "builtin_cycle", "finish_rate": 0.79})
+
     old = {k: v for k, v in row.items() if not k.startswith("lost_")}  # a row measured before
     assert "| 1.150 | - | 1.100 | 6 | no |" in bench.table([old]).splitlines()[2]
     tuned = bench.table([{**row, "overrides": "buffer.lost_ends=[stuck]"}]).splitlines()[2]
     assert tuned.startswith("| hairpins `buffer.lost_ends=[stuck]` | 30 min |")
+
+
+def test_bench_learning_readme_lists_every_saved_row_defaults_first():
+    bench = load_script("bench_learning")
+    keys = [
+        "technical|30|buffer.n_steps=5",
+        "technical|30|",
+        "builtin_cycle|60|",
+        "hairpins|30|",
+        "starter|30|env.ticks_per_action=5",
+    ]
+    saved = {k: [{"key": k, "n": 0}] for k in keys}
+    saved["builtin_cycle|60|"].append({"key": "builtin_cycle|60|", "n": 1})
+    assert [(r["key"], r["n"]) for r in bench.ordered_rows(saved)] == [
+        ("hairpins|30|", 0),
+        ("technical|30|", 0),
+        ("builtin_cycle|60|", 0),
+        ("builtin_cycle|60|", 1),
+        ("starter|30|env.ticks_per_action=5", 0),
+        ("technical|30|buffer.n_steps=5", 0),
+    ]
 
 
 def test_min_deps_pins_each_lower_bound():
