@@ -22,7 +22,7 @@ from trackmind.env.rollout import GameInstanceManager
 from trackmind.errors import ConfigError
 from trackmind.sim.driver import PurePursuitDriver
 from trackmind.sim.game import SimGame
-from trackmind.tmi.config import RealTimeConfig, realtime_config
+from trackmind.tmi.config import realtime_config
 from trackmind.tmi.realtime import RealTimeGame, RealTimeWarning, TimeStep, next_time_step
 from trackmind.tmi.standin import start_standin, stop_all_standins
 
@@ -232,7 +232,8 @@ def test_real_time_over_the_standin_game():
 
 def test_realtime_settings_name_the_key():
     assert realtime_config({}) is None and realtime_config({"realtime": {}}) is None
-    assert realtime_config({"realtime": {"enabled": True}}) == RealTimeConfig(enabled=True)
+    rt = realtime_config({"realtime": {"enabled": True}})
+    assert rt.enabled and rt.time_step_duration == 0.05  # the rest from conf/env/tminterface.yaml
     for bad, key in [
         ({"start_obs_capture": 0.08}, "env.realtime.start_obs_capture"),
         ({"act_buf_len": 0}, "env.realtime.act_buf_len"),

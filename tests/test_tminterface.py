@@ -30,7 +30,7 @@ from trackmind.sim.driver import PurePursuitDriver
 from trackmind.sim.game import SimGame
 from trackmind.sim.mapio import load_map
 from trackmind.tmi.capture import make_capture, resize_area, to_frame
-from trackmind.tmi.config import TMInterfaceConfig, probe_servers
+from trackmind.tmi.config import probe_servers, tminterface_config
 from trackmind.tmi.connection import GameUnavailable, standin_factory
 from trackmind.tmi.game import TMInterfaceGame
 from trackmind.tmi.launcher import CommandLauncher, fill
@@ -480,7 +480,9 @@ def test_no_tminterface_reachable_fails_within_the_timeout(real_map):
     assert msg.startswith("env.tminterface: TMInterface server 'TMInterface0' did not answer")
     assert one_line(msg) and "start game 1 of 2" in msg
     # the real tminterface package: named shared memory that only Windows (or Wine) has
-    tmi = TMInterfaceConfig(connection="tminterface", connect_timeout_s=0.5)
+    tmi = tminterface_config(
+        {"tminterface": {"connection": "tminterface", "connect_timeout_s": 0.5}}
+    )
     t0 = time.monotonic()
     with pytest.raises(ConfigError) as e:
         probe_servers(tmi, 1)

@@ -1,10 +1,11 @@
 """The `env.tminterface` and `env.realtime` config sections and the checks of a real-game run.
 
 Both sections are structured schemas (unknown keys, wrong types and bad ranges are one
-ConfigError naming the key). `check_run` is what plan_run calls before any process starts:
-the game settings, one car per game, real maps (a reference line file and a challenge per
-map), the optional capture packages, the launch command, and, unless games are started by
-trackmind, that every TMInterface server answers within the connection timeout.
+ConfigError naming the key) whose defaults are conf/env/tminterface.yaml's, written once.
+`check_run` is what plan_run calls before any process starts: the game settings, one car per
+game, real maps (a reference line file and a challenge per map), the optional capture
+packages, the launch command, and, unless games are started by trackmind, that every
+TMInterface server answers within the connection timeout.
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ import os
 import shutil
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from trackmind.defaults import env_defaults
+from omegaconf import MISSING, OmegaConf
+
+from trackmind.defaults import conf_option, env_defaults
 from trackmind.errors import ConfigError, check_schema, require
 from trackmind.game.contract import TICK_MS
 from trackmind.sim.maps import builtin_names
@@ -32,9 +35,9 @@ CAPTURES = ("window", "region", "standin", "none")
 class CaptureConfig:
     """How frames are taken (see trackmind.tmi.capture)."""
 
-    method: str = "window"
-    window_title: str = "TrackMania"
-    regions: list[list[int]] | None = None  # [[left, top, width, height], ...] per instance
+    method: str = MISSING
+    window_title: str = MISSING
+    regions: list[list[int]] | None = MISSING  # [[left, top, width, height], ...] per instance
 
     def __post_init__(self) -> None:
         m = self.method
@@ -48,10 +51,10 @@ class CaptureConfig:
 class StandinConfig:
     """The simulated stand-in game (connection: standin)."""
 
-    autostart: bool = False  # start a stand-in game when none serves the name
-    map: str = "starter"  # the sim map shown before any `map` command
-    countdown_ms: int = 1000
-    paced: bool = False  # tick at game_speed x real time (else as fast as possible)
+    autostart: bool = MISSING  # start a stand-in game when none serves the name
+    map: str = MISSING  # the sim map shown before any `map` command
+    countdown_ms: int = MISSING
+    paced: bool = MISSING  # tick at game_speed x real time (else as fast as possible)
 
     def __post_init__(self) -> None:
         c = self.countdown_ms
@@ -62,26 +65,26 @@ class StandinConfig:
 class TMInterfaceConfig:
     """One TMInterface game per collector (conf/env/tminterface.yaml documents each key)."""
 
-    connection: str = "tminterface"
-    server_prefix: str = "TMInterface"
-    first_server: int = 0
-    mode: str = "lockstep"
-    game_speed: float = 1.0
-    connect_timeout_s: float = 10.0
-    step_timeout_s: float = 5.0
-    map_load_timeout_s: float = 60.0
-    server_timeout_ms: int = 10_000
-    hold_timeout_s: float = 8.0
-    launch_command: str | None = None
-    kill_command: str | None = None
-    launch_timeout_s: float = 120.0
-    restart_attempts: int = -1
-    retry_wait_s: float = 5.0
-    map_command: str = "map {challenge}"
-    probe: bool = True
-    projection_window_m: float = 50.0
-    capture: CaptureConfig = field(default_factory=CaptureConfig)
-    standin: StandinConfig = field(default_factory=StandinConfig)
+    connection: str = MISSING
+    server_prefix: str = MISSING
+    first_server: int = MISSING
+    mode: str = MISSING
+    game_speed: float = MISSING
+    connect_timeout_s: float = MISSING
+    step_timeout_s: float = MISSING
+    map_load_timeout_s: float = MISSING
+    server_timeout_ms: int = MISSING
+    hold_timeout_s: float = MISSING
+    launch_command: str | None = MISSING
+    kill_command: str | None = MISSING
+    launch_timeout_s: float = MISSING
+    restart_attempts: int = MISSING
+    retry_wait_s: float = MISSING
+    map_command: str = MISSING
+    probe: bool = MISSING
+    projection_window_m: float = MISSING
+    capture: CaptureConfig = MISSING
+    standin: StandinConfig = MISSING
 
     def __post_init__(self) -> None:
         def positive(name: str) -> None:
@@ -129,12 +132,12 @@ class TMInterfaceConfig:
 class RealTimeConfig:
     """rtgym-style elastic real-time steps (trackmind.tmi.realtime)."""
 
-    enabled: bool = False
-    time_step_duration: float = 0.05  # s, nominal duration of a step
-    start_obs_capture: float = 0.04  # s after the step starts, the observation is taken
-    time_step_timeout_factor: float = 1.0  # elasticity, in time steps
-    act_buf_len: int = 1  # past actions appended to each observation
-    default_action: int = 3  # applied at reset and while waiting ("nothing")
+    enabled: bool = MISSING
+    time_step_duration: float = MISSING  # s, nominal duration of a step
+    start_obs_capture: float = MISSING  # s after the step starts, the observation is taken
+    time_step_timeout_factor: float = MISSING  # elasticity, in time steps
+    act_buf_len: int = MISSING  # past actions appended to each observation
+    default_action: int = MISSING  # applied at reset and while waiting ("nothing")
 
     def __post_init__(self) -> None:
         d, c = self.time_step_duration, self.start_obs_capture
@@ -152,16 +155,31 @@ class RealTimeConfig:
         require(0 <= a < 12, f"{RT_KEY}.default_action", f"must be an action 0..11, got {a}")
 
 
+def _with_defaults(section: Any, name: str, key: str) -> dict:
+    """conf/env/tminterface.yaml's `name` section under the given one (the defaults, written
+    once in YAML); the given keys win, nested sections merged key by key."""
+    require(section is None or isinstance(section, Mapping), key, "must be a mapping")
+    base = OmegaConf.create(conf_option("env", "tminterface")[name])
+    try:
+        merged = OmegaConf.merge(base, OmegaConf.create(dict(section or {})))
+    except Exception as e:  # a scalar where a section belongs, and the like
+        raise ConfigError(key, str(e).splitlines()[0]) from None
+    return OmegaConf.to_container(merged)  # type: ignore[return-value]
+
+
 def tminterface_config(env: Mapping) -> TMInterfaceConfig:
-    """The validated env.tminterface section (defaults for what it leaves out)."""
-    return check_schema(env.get("tminterface"), TMInterfaceConfig, KEY)
+    """The validated env.tminterface section (conf/env/tminterface.yaml for what it leaves
+    out)."""
+    section = _with_defaults(env.get("tminterface"), "tminterface", KEY)
+    return check_schema(section, TMInterfaceConfig, KEY)
 
 
 def realtime_config(env: Mapping) -> RealTimeConfig | None:
     """The real-time settings, None when the section is absent or disabled."""
     if env.get("realtime") is None:
         return None
-    rt = check_schema(env.get("realtime"), RealTimeConfig, RT_KEY)
+    section = _with_defaults(env.get("realtime"), "realtime", RT_KEY)
+    rt = check_schema(section, RealTimeConfig, RT_KEY)
     return rt if rt.enabled else None
 
 

@@ -30,7 +30,7 @@ from trackmind.sim.mapio import load_map
 from trackmind.sim.track import Track
 from trackmind.tmi.capture import FrameCapture, NullCapture
 from trackmind.tmi.client import Boundary, Command, GameLost, RaceClient, RaceSpoiled
-from trackmind.tmi.config import TMInterfaceConfig
+from trackmind.tmi.config import TMInterfaceConfig, tminterface_config
 from trackmind.tmi.connection import GameUnavailable, InterfaceFactory, abandon, connect
 from trackmind.tmi.launcher import GameLauncher
 from trackmind.tmi.observation import BackendObservation
@@ -78,7 +78,7 @@ class TMInterfaceGame:
         launcher: GameLauncher | None = None,
     ) -> None:
         self.server = server
-        self.settings = settings or TMInterfaceConfig()
+        self.settings = settings or tminterface_config({})
         self.action_ms = int(action_ms)
         self.zone_spacing_m = float(zone_spacing_m)
         self.zones_before_start = int(zones_before_start)
