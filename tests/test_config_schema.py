@@ -41,6 +41,31 @@ def test_env_errors_name_the_key(section: dict, key: str, words: str) -> None:
     assert e.key == key and words in str(e), str(e)
 
 
+@pytest.mark.parametrize(
+    ("section", "key", "words"),
+    [
+        ({"vehicle": {"mu": -1}}, "env.vehicle.mu", "must be finite and >= 0, got -1.0"),
+        ({"vehicle": {"muu": 1}}, "env.vehicle.muu", "unknown key (allowed: brake_decel"),
+        ({"vehicle": {"dynamic_above": 1}}, "env.vehicle.dynamic_above", "> kinematic_below"),
+        ({"camera": {"hfov_deg": 200}}, "env.camera.hfov_deg", "must be in (0, 170)"),
+        ({"camera": {"fov": 90}}, "env.camera.fov", "unknown key (allowed: behind"),
+    ],
+)
+def test_vehicle_and_camera_errors_name_the_key(section: dict, key: str, words: str) -> None:
+    from trackmind.env.build import make_sim_game
+
+    e = _error(lambda env: make_sim_game(env, 1, ["starter"]), section)
+    assert e.key == key and words in str(e), str(e)
+
+
+def test_vehicle_overrides_keep_the_other_defaults() -> None:
+    from trackmind.sim.vehicle import VehicleParams
+
+    v = VehicleParams.from_config({"mu": 2.5, "gear_top_speeds": [10, 20, 30, 40, 90]})
+    assert v.mu == 2.5 and v.gear_top_speeds == (10.0, 20.0, 30.0, 40.0, 90.0)
+    assert v.brake_decel == VehicleParams().brake_decel
+
+
 def test_reward_terms_keep_weight_and_clip() -> None:
     rm = build_reward_manager(
         {"terms": {"progress": {"weight": 2.0, "clip": [None, 1.5], "params": {}}}}

@@ -27,7 +27,8 @@ def test_start_point_weights_by_hand():
 
 
 def test_bank_starts_a_lead_before_where_races_end():
-    bank = StartBank(StartsConfig(share=1.0, spacing_m=20.0, lead_m=60.0, floor=0.0), seed=0)
+    cfg = StartsConfig.from_config({"share": 1.0, "spacing_m": 20.0, "lead_m": 60.0, "floor": 0.0})
+    bank = StartBank(cfg, seed=0)
     assert bank.draw("m") is None  # nothing saved yet
     for p in range(12):
         bank.save("m", p, f"state{p}")

@@ -21,7 +21,7 @@ from trackmind.env.observations import FLOATS, ObservationManager, build_observa
 from trackmind.env.race import VecRace
 from trackmind.env.rewards import RewardManager, build_reward_manager
 from trackmind.env.terminations import TerminationManager, build_termination_manager
-from trackmind.errors import ConfigError, check_schema, require
+from trackmind.errors import check_schema, require
 
 _ENV = env_defaults()  # conf/env/sim.yaml, the one place these defaults are written
 
@@ -143,14 +143,8 @@ def make_sim_game(
     require(
         env.backend == "sim", f"{key}.backend", f"make_sim_game needs 'sim', got {env.backend!r}"
     )
-    try:
-        vehicle = VehicleParams.from_dict(as_dict(env.vehicle, f"{key}.vehicle"))
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"{key}.vehicle", str(e)) from None
-    try:
-        camera = CameraParams(**as_dict(env.camera, f"{key}.camera"))
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"{key}.camera", str(e)) from None
+    vehicle = VehicleParams.from_config(as_dict(env.vehicle, f"{key}.vehicle"), f"{key}.vehicle")
+    camera = check_schema(as_dict(env.camera, f"{key}.camera"), CameraParams, f"{key}.camera")
     return SimGame(
         n_cars,
         maps,

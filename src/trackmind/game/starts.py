@@ -22,22 +22,27 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from omegaconf import MISSING
 
+from trackmind.defaults import conf_option
 from trackmind.errors import check_schema, require
 
 KEY = "exploration.starts"
+DEFAULT_OPTION = "fast"  # conf/exploration/<option>.yaml whose `starts` are the defaults
 
 
 @dataclass
 class StartsConfig:
     """`exploration.starts`: how many exploration races start mid-track, and from where."""
 
-    share: float = 0.0  # share of exploration races that start from a saved state (0: off)
-    spacing_m: float = 20.0  # a state is saved every this many metres of progress
-    lead_m: float = 60.0  # start this far before the drawn point, to arrive at speed
-    keep: int = 8  # states kept per point (the newest)
-    floor: float = 0.2  # share of the draws spread evenly over every point reached
-    min_speed: float = 3.0  # m/s: slower states (stuck, against a wall) are not saved
+    # the defaults are the default exploration option's (conf/exploration/fast.yaml `starts`),
+    # merged in by from_config: written once, in YAML
+    share: float = MISSING  # share of exploration races that start from a saved state (0: off)
+    spacing_m: float = MISSING  # a state is saved every this many metres of progress
+    lead_m: float = MISSING  # start this far before the drawn point, to arrive at speed
+    keep: int = MISSING  # states kept per point (the newest)
+    floor: float = MISSING  # share of the draws spread evenly over every point reached
+    min_speed: float = MISSING  # m/s: slower states (stuck, against a wall) are not saved
 
     def __post_init__(self) -> None:
         checks = (
@@ -53,7 +58,12 @@ class StartsConfig:
 
     @staticmethod
     def from_config(cfg: Mapping | None) -> StartsConfig:
-        return check_schema(cfg, StartsConfig, KEY)
+        """`exploration.starts` checked; keys it leaves out take conf/exploration/fast.yaml's
+        values (an exploration option without `starts` has them off: share 0)."""
+        require(cfg is None or isinstance(cfg, Mapping), KEY, "must be a mapping")
+        defaults = conf_option("exploration", DEFAULT_OPTION)["starts"]
+        section = {**defaults, "share": 0.0} if cfg is None else {**defaults, **cfg}
+        return check_schema(section, StartsConfig, KEY)
 
 
 def start_point_weights(ends: np.ndarray, reached: np.ndarray, floor: float) -> np.ndarray:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numba as nb
 import numpy as np
 
+from trackmind.errors import require
 from trackmind.sim.track import Track
 
 CELL_M = 0.5  # texture resolution
@@ -32,10 +33,11 @@ class CameraParams:
     view_distance: float = 250.0
 
     def __post_init__(self) -> None:
-        if not (0 < self.hfov_deg < 170):
-            raise ValueError(f"camera.hfov_deg must be in (0, 170), got {self.hfov_deg}")
-        if self.height <= 0 or self.view_distance <= 0:
-            raise ValueError("camera.height and camera.view_distance must be > 0")
+        h = self.hfov_deg
+        require(0 < h < 170, "hfov_deg", f"must be in (0, 170), got {h}")
+        require(self.height > 0, "height", f"must be > 0, got {self.height}")
+        d = self.view_distance
+        require(d > 0, "view_distance", f"must be > 0, got {d}")
 
 
 @dataclass(frozen=True)

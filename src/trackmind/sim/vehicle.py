@@ -8,9 +8,12 @@ one that is simulated.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 
 import numpy as np
+
+from trackmind.errors import check_schema, require
 
 G = 9.81
 
@@ -49,14 +52,18 @@ class VehicleParams:
     rpm_max: float = 11000.0
 
     def __post_init__(self) -> None:
+        # a config's list (check_schema, OmegaConf) becomes the tuple the dataclass holds
+        gears = tuple(float(x) for x in self.gear_top_speeds)
+        object.__setattr__(self, "gear_top_speeds", gears)
         for f in fields(self):
             v = getattr(self, f.name)
-            vals = v if isinstance(v, tuple) else (v,)
-            for x in vals:
-                if not np.isfinite(x) or x < 0:
-                    raise ValueError(f"vehicle.{f.name} must be finite and >= 0, got {v}")
-        if self.dynamic_above <= self.kinematic_below:
-            raise ValueError("vehicle.dynamic_above must be > vehicle.kinematic_below")
+            ok = all(np.isfinite(x) and x >= 0 for x in (v if isinstance(v, tuple) else (v,)))
+            require(ok, f.name, f"must be finite and >= 0, got {v}")
+        require(
+            self.dynamic_above > self.kinematic_below,
+            "dynamic_above",
+            f"must be > kinematic_below ({self.kinematic_below}), got {self.dynamic_above}",
+        )
 
     @property
     def wheelbase(self) -> float:
@@ -67,15 +74,9 @@ class VehicleParams:
         return self.mu * G
 
     @classmethod
-    def from_dict(cls, d: dict) -> VehicleParams:
-        names = {f.name for f in fields(cls)}
-        unknown = set(d) - names
-        if unknown:
-            raise ValueError(f"vehicle: unknown parameter(s) {sorted(unknown)}")
-        d = dict(d)
-        if "gear_top_speeds" in d:
-            d["gear_top_speeds"] = tuple(float(x) for x in d["gear_top_speeds"])
-        return cls(**d)
+    def from_config(cls, section: Mapping | None, key: str = "vehicle") -> VehicleParams:
+        """The overrides of `env.vehicle` over these defaults, checked (errors name `key`)."""
+        return check_schema(section, cls, key)
 
     def as_dict(self) -> dict:
         return asdict(self)
