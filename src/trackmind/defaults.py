@@ -11,10 +11,17 @@ contract's (game/contract.py TICK_MS, TICKS_PER_ACTION).
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from functools import cache
 from importlib.resources import files
+from typing import Any, TypeVar
 
 import yaml
+from omegaconf import OmegaConf
+
+from trackmind.errors import ConfigError, check_schema, require
+
+T = TypeVar("T")
 
 # the options that stand for "the defaults" outside Hydra: the built-in simulator seen through
 # Linesight's inputs, and Linesight's reward (train.yaml's default reward adds a speed potential)
@@ -41,3 +48,17 @@ def env_defaults() -> dict:
 def reward_defaults() -> dict:
     """The `reward` group's defaults outside Hydra (conf/reward/linesight.yaml)."""
     return conf_option(*REWARD_OPTION)
+
+
+def checked_with_defaults(section: Any, defaults: Mapping, schema: type[T], key: str) -> T:
+    """`section` checked against `schema` with the shipped `defaults` under it.
+
+    The given keys win; nested sections are merged key by key, so a user who sets one key of a
+    nested section keeps the defaults of the others. Each default stays written once, in YAML.
+    """
+    require(section is None or isinstance(section, Mapping), key, "must be a mapping")
+    try:
+        merged = OmegaConf.merge(OmegaConf.create(dict(defaults)), dict(section or {}))
+    except Exception as e:  # a scalar where a section belongs, and the like
+        raise ConfigError(key, str(e).splitlines()[0]) from None
+    return check_schema(OmegaConf.to_container(merged), schema, key)

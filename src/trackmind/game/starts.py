@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 from omegaconf import MISSING
 
-from trackmind.defaults import conf_option
-from trackmind.errors import check_schema, require
+from trackmind.defaults import checked_with_defaults, conf_option
+from trackmind.errors import require
 
 KEY = "exploration.starts"
 DEFAULT_OPTION = "fast"  # conf/exploration/<option>.yaml whose `starts` are the defaults
@@ -60,10 +60,10 @@ class StartsConfig:
     def from_config(cfg: Mapping | None) -> StartsConfig:
         """`exploration.starts` checked; keys it leaves out take conf/exploration/fast.yaml's
         values (an exploration option without `starts` has them off: share 0)."""
-        require(cfg is None or isinstance(cfg, Mapping), KEY, "must be a mapping")
         defaults = conf_option("exploration", DEFAULT_OPTION)["starts"]
-        section = {**defaults, "share": 0.0} if cfg is None else {**defaults, **cfg}
-        return check_schema(section, StartsConfig, KEY)
+        if cfg is None:
+            defaults["share"] = 0.0
+        return checked_with_defaults(cfg, defaults, StartsConfig, KEY)
 
 
 def start_point_weights(ends: np.ndarray, reached: np.ndarray, floor: float) -> np.ndarray:

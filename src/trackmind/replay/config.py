@@ -9,8 +9,8 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from trackmind.defaults import conf_option
-from trackmind.errors import check_schema, require
+from trackmind.defaults import checked_with_defaults, conf_option
+from trackmind.errors import require
 
 
 def capacity_at(schedule: Sequence[tuple[int, int]], frames: float) -> int:
@@ -69,8 +69,7 @@ class BufferConfig:
     def from_dict(cls, cfg: Mapping[str, Any] | None) -> BufferConfig:
         """The ``buffer`` group (plain dict or DictConfig) checked; conf/buffer/default.yaml's
         values fill the keys it does not set."""
-        require(cfg is None or isinstance(cfg, Mapping), "buffer", "must be a mapping")
-        return check_schema({**conf_option("buffer", "default"), **(cfg or {})}, cls, "buffer")
+        return checked_with_defaults(cfg, conf_option("buffer", "default"), cls, "buffer")
 
     def validate(self, prefix: str = "buffer") -> None:
         def key(name: str) -> str:

@@ -17,10 +17,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from omegaconf import MISSING, OmegaConf
+from omegaconf import MISSING
 
-from trackmind.defaults import conf_option, env_defaults
-from trackmind.errors import ConfigError, check_schema, require
+from trackmind.defaults import checked_with_defaults, conf_option, env_defaults
+from trackmind.errors import ConfigError, require
 from trackmind.game.contract import TICK_MS
 from trackmind.sim.maps import builtin_names
 
@@ -155,31 +155,19 @@ class RealTimeConfig:
         require(0 <= a < 12, f"{RT_KEY}.default_action", f"must be an action 0..11, got {a}")
 
 
-def _with_defaults(section: Any, name: str, key: str) -> dict:
-    """conf/env/tminterface.yaml's `name` section under the given one (the defaults, written
-    once in YAML); the given keys win, nested sections merged key by key."""
-    require(section is None or isinstance(section, Mapping), key, "must be a mapping")
-    base = OmegaConf.create(conf_option("env", "tminterface")[name])
-    try:
-        merged = OmegaConf.merge(base, OmegaConf.create(dict(section or {})))
-    except Exception as e:  # a scalar where a section belongs, and the like
-        raise ConfigError(key, str(e).splitlines()[0]) from None
-    return OmegaConf.to_container(merged)  # type: ignore[return-value]
-
-
 def tminterface_config(env: Mapping) -> TMInterfaceConfig:
     """The validated env.tminterface section (conf/env/tminterface.yaml for what it leaves
     out)."""
-    section = _with_defaults(env.get("tminterface"), "tminterface", KEY)
-    return check_schema(section, TMInterfaceConfig, KEY)
+    defaults = conf_option("env", "tminterface")["tminterface"]
+    return checked_with_defaults(env.get("tminterface"), defaults, TMInterfaceConfig, KEY)
 
 
 def realtime_config(env: Mapping) -> RealTimeConfig | None:
     """The real-time settings, None when the section is absent or disabled."""
     if env.get("realtime") is None:
         return None
-    section = _with_defaults(env.get("realtime"), "realtime", RT_KEY)
-    rt = check_schema(section, RealTimeConfig, RT_KEY)
+    defaults = conf_option("env", "tminterface")["realtime"]
+    rt = checked_with_defaults(env.get("realtime"), defaults, RealTimeConfig, RT_KEY)
     return rt if rt.enabled else None
 
 
