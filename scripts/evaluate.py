@@ -50,6 +50,13 @@ def main(argv: list[str] | None = None) -> int:
         default="midpoint",
         help="taus of the greedy Q: fixed midpoints (as training's greedy races) or random",
     )
+    ap.add_argument(
+        "--cvar",
+        type=float,
+        default=None,
+        help="risk of the greedy Q: the mean of the lowest CVAR share of quantiles, in (0, 1] "
+        "(default: the checkpoint's network.greedy_cvar, 1 = the mean)",
+    )
     args = ap.parse_args(argv)
     try:
         ckpt = load_checkpoint(args.checkpoint)
@@ -65,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
             args.plot_dir,
             not args.no_video,
             args.taus == "midpoint",
+            args.cvar,
         )
     except (ValueError, GameUnavailable) as e:  # MapError and ConfigError are ValueErrors too
         print(f"error: {e}", file=sys.stderr)

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
@@ -47,6 +48,27 @@ def test_midpoint_taus_by_hand():
     assert t.shape == (2, 4)
     assert torch.equal(t[0], torch.tensor([0.125, 0.375, 0.625, 0.875]))
     assert torch.equal(t[0], t[1])
+
+
+def test_cvar_taus_cover_the_lowest_share_by_hand():
+    t = midpoint_taus(1, 4, cvar=0.5)  # the midpoints of [0, 0.5] in 4 strata
+    assert torch.equal(t[0], torch.tensor([0.0625, 0.1875, 0.3125, 0.4375]))
+    with pytest.raises(ValueError, match="cvar"):
+        midpoint_taus(1, 4, cvar=0.0)
+
+
+def test_cvar_q_is_the_mean_of_the_lowest_quantiles():
+    cfg = _cfg()
+    race, _, net = build_collector_parts(cfg, n_cars=3)
+    obs, _ = race.reset()
+    floats = torch.from_numpy(obs[FLOATS])
+    q = greedy_q(net, None, floats, 8, midpoint=True, cvar=0.25)
+    with torch.inference_mode():
+        z = net(None, floats, midpoint_taus(3, 8, cvar=0.25))  # (B, 8, A)
+        neutral = greedy_q(net, None, floats, 8, midpoint=True)
+    assert torch.allclose(q, z.mean(dim=1))
+    assert not torch.allclose(q, neutral)
+    race.close()
 
 
 def test_midpoint_q_is_the_mean_over_midpoint_quantiles():

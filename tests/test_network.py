@@ -50,6 +50,7 @@ def test_linesight_parameter_count():
 def test_preset_keys_mirror_the_constructor(name):
     args = set(inspect.signature(IQNNetwork).parameters) - {"float_mean", "float_std"}
     extra = {"n_quantiles_train", "n_quantiles_target", "n_quantiles_inference", "compile"}
+    extra |= {"greedy_cvar"}
     assert set(preset(name)) == args | extra
 
 
@@ -93,6 +94,8 @@ def test_odd_or_empty_tau_count_is_refused(n):
         ({"conv_kernels": [8, 4]}, FLOATS, (48, 64), "conv_channels", "same length"),
         ({"conv_kernels": [8, 4, 5]}, FLOATS, (48, 64), "conv_kernels", "to nothing"),
         ({"compile": "jit"}, FLOATS, (48, 64), "compile", "none, script, compile"),
+        ({"greedy_cvar": 0}, FLOATS, (48, 64), "greedy_cvar", "(0, 1]"),
+        ({"greedy_cvar": 1.5}, FLOATS, (48, 64), "greedy_cvar", "(0, 1]"),
         ({"image_shape": [48, 64]}, FLOATS, (48, 64), "image_shape", "[C, H, W]"),
     ],
 )

@@ -68,14 +68,18 @@ def evaluate(
     plot_dir: str | None = None,
     video: bool = True,
     midpoint: bool = True,
+    cvar: float | None = None,
 ) -> list[dict]:
     """Greedy races (one car each) on every map; a row of results per map.
 
     `maps` are map names or cycle entries (`{map, challenge, reference_time_ms}`).
+    `cvar` overrides the checkpoint's network.greedy_cvar (the greedy races' risk).
     With `plot_dir`, the best race of each map is drawn there (trajectory coloured by speed)
     and, with `video`, rendered as a GIF from the sim (driver's view and minimap).
     """
 
+    if cvar is not None and not 0.0 < cvar <= 1.0:
+        raise ValueError(f"--cvar must be in (0, 1], got {cvar}")
     cfg = resolve_frame_shape(ckpt["config"])
     cycle, failed = loadable_cycle(maps)
     rows = [{"map": name, "error": problem} for name, problem in failed]
@@ -96,6 +100,7 @@ def evaluate(
                     plot_dir=plot_dir,
                     video=video,
                     midpoint=midpoint,
+                    cvar=cvar,
                 )
             )
         finally:
@@ -120,7 +125,7 @@ def loadable_cycle(maps: list[str | dict]):
 
 
 def _evaluate_map(
-    race, cfg, ckpt, cycle, entry, *, races, trace, plot_dir, video, midpoint
+    race, cfg, ckpt, cycle, entry, *, races, trace, plot_dir, video, midpoint, cvar=None
 ) -> dict:
     """`races` greedy races on one map, with the trace, plot and GIF asked for; its row."""
 
@@ -140,10 +145,11 @@ def _evaluate_map(
     net.eval()
     gen = torch.Generator().manual_seed(0)
     k = int(cfg["network"].get("n_quantiles_inference", 32))
+    cvar = float(cfg["network"].get("greedy_cvar", 1.0) if cvar is None else cvar)
 
     def policy(obs, greedy, net=net, gen=gen, k=k):
         img = torch.from_numpy(obs["frame"]) if "frame" in obs else None
-        q = greedy_q(net, img, torch.from_numpy(obs[FLOATS]), k, gen, midpoint).numpy()
+        q = greedy_q(net, img, torch.from_numpy(obs[FLOATS]), k, gen, midpoint, cvar).numpy()
         return q.argmax(axis=1), q, np.ones(len(q), bool)
 
     gim = GameInstanceManager(race, cycle)

@@ -30,20 +30,24 @@ def cars_q(
     k: int,
     generator: torch.Generator | None = None,
     midpoint: bool = False,
+    cvar: float = 1.0,
 ) -> np.ndarray:
     """Q values (len(cars), A) of some cars of the batch (all of them: no gather)."""
     if len(cars) < len(floats):
         idx = torch.from_numpy(cars)
         img, floats = (None if img is None else img[idx]), floats[idx]
-    return greedy_q(net, img, floats, k, generator, midpoint).numpy()
+    return greedy_q(net, img, floats, k, generator, midpoint, cvar).numpy()
 
 
 class FrozenGreedy:
     """Per car, the weights version its greedy race started with, and those weights."""
 
-    def __init__(self, live: InferenceNetwork, k_taus: int, n_cars: int) -> None:
+    def __init__(
+        self, live: InferenceNetwork, k_taus: int, n_cars: int, cvar: float = 1.0
+    ) -> None:
         self.live = live
         self.k = int(k_taus)
+        self.cvar = float(cvar)  # greedy races act on the mean of the lowest `cvar` quantiles
         self.bound = np.full(n_cars, -1, np.int64)  # version of each car's greedy race, or -1
         self.nets: dict[int, InferenceNetwork] = {}  # version -> frozen copy
         self._spare: list[InferenceNetwork] = []
@@ -64,7 +68,7 @@ class FrozenGreedy:
         """Write the greedy cars' Q values (their frozen weights, midpoint taus) into `q`."""
         for v, net in self.nets.items():
             cars = np.flatnonzero(self.bound == v)
-            q[cars] = cars_q(net, img, floats, cars, self.k, midpoint=True)
+            q[cars] = cars_q(net, img, floats, cars, self.k, midpoint=True, cvar=self.cvar)
 
     def _copy_of_live(self) -> InferenceNetwork:
         if self._spare:
@@ -87,12 +91,13 @@ class BatchedPolicy:
         n_cars: int,
         seed: int,
         frames: Callable[[], int],
+        greedy_cvar: float = 1.0,
     ) -> None:
         self.live = live
         self.explorer = explorer
         self.k = int(k_taus)
         self.frames = frames
-        self.frozen = FrozenGreedy(live, k_taus, n_cars)
+        self.frozen = FrozenGreedy(live, k_taus, n_cars, greedy_cvar)
         self.hold = ActionHold(n_cars)  # temporally extended random actions (exploration)
         self.rng = np.random.default_rng(seed)
         self.gen = torch.Generator().manual_seed(seed)

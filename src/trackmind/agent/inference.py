@@ -83,13 +83,18 @@ def greedy_q(
     k: int,
     generator: torch.Generator | None = None,
     midpoint: bool = False,
+    cvar: float = 1.0,
 ) -> torch.Tensor:
     """Q values (B, A): quantiles averaged over k taus, without autograd.
 
     Random taus (Linesight's acting) by default; `midpoint` uses the fixed stratum midpoints,
-    which evaluation races use so that they depend on the weights alone.
+    which evaluation races use so that they depend on the weights alone. `cvar` < 1 averages
+    the lowest share of the quantiles only (taus in [0, cvar]): risk-averse values.
     """
     with torch.inference_mode():
         b, dev = floats.shape[0], floats.device
-        taus = midpoint_taus(b, k, dev) if midpoint else random_taus(b, k, generator, dev)
+        if midpoint:
+            taus = midpoint_taus(b, k, dev, cvar)
+        else:
+            taus = random_taus(b, k, generator, dev) * cvar
         return net(img, floats, taus).mean(dim=1)

@@ -40,15 +40,19 @@ def random_taus(
     return torch.rand(batch, k, generator=generator, device=device)
 
 
-def midpoint_taus(batch: int, k: int, device=None) -> torch.Tensor:
-    """Evaluation taus (batch, k): the stratum midpoints (i + 1/2) / k, the same every call.
+def midpoint_taus(batch: int, k: int, device=None, cvar: float = 1.0) -> torch.Tensor:
+    """Evaluation taus (batch, k): the stratum midpoints (i + 1/2) / k * cvar, every call alike.
 
-    Their mean of Z is the midpoint rule for E[Z]: a greedy action that depends only on the
-    state and the weights, so an evaluation race can be repeated exactly.
+    Their mean of Z is the midpoint rule for E[Z] (cvar 1): a greedy action that depends only
+    on the state and the weights, so an evaluation race can be repeated exactly. cvar < 1
+    spreads them over [0, cvar] instead: the mean of the worst `cvar` share of returns
+    (CVaR), a risk-averse choice (Dabney et al. 2018, IQN's distortion risk measures).
     """
     if k <= 0:
         raise ValueError(f"need a positive number of taus, got {k}")
-    row = (torch.arange(k, device=device, dtype=torch.float32) + 0.5) / k
+    if not 0.0 < cvar <= 1.0:
+        raise ValueError(f"cvar must be in (0, 1], got {cvar}")
+    row = (torch.arange(k, device=device, dtype=torch.float32) + 0.5) / k * cvar
     return row.repeat(batch, 1)
 
 

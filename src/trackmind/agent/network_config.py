@@ -37,6 +37,9 @@ class NetworkConfig:
     n_quantiles_train: int = 8
     n_quantiles_target: int = 8  # random taus of the target's next-state quantiles
     n_quantiles_inference: int = 32
+    # greedy races act on the mean of the lowest greedy_cvar share of the quantiles (CVaR):
+    # 1 is the plain mean (risk-neutral), 0.5 the worse half of the returns (risk-averse)
+    greedy_cvar: float = 1.0
     compile: Any = "none"  # none | script | compile (null: none)
 
     def __post_init__(self) -> None:
@@ -57,6 +60,9 @@ class NetworkConfig:
             f"{PREFIX}.compile",
             f"must be one of {', '.join(COMPILE_MODES)}, got {self.compile!r}",
         )
+        c = self.greedy_cvar
+        ok = isinstance(c, int | float) and not isinstance(c, bool) and 0 < c <= 1
+        require(ok, f"{PREFIX}.greedy_cvar", f"must be in (0, 1], got {c!r}")
         if self.float_dim is not None:
             _positive_int(self.float_dim, "float_dim")
         if self.image_shape is not None:
@@ -67,7 +73,8 @@ class NetworkConfig:
 
     def constructor_kwargs(self) -> dict:
         """Arguments for IQNNetwork (everything but the learner's and collectors' settings)."""
-        skip = {"n_quantiles_train", "n_quantiles_target", "n_quantiles_inference", "compile"}
+        counts = {"n_quantiles_train", "n_quantiles_target", "n_quantiles_inference"}
+        skip = {*counts, "greedy_cvar", "compile"}
         return {k: v for k, v in self.__dict__.items() if k not in skip}
 
 

@@ -119,6 +119,7 @@ class RolloutWorker:
             sum(env.n_cars for env in self.envs),
             seed,
             frames=self.frames,
+            greedy_cvar=float(cfg["network"].get("greedy_cvar", 1.0)),
         )
         self.refresh_every = int(ccfg["refresh_every_actions"])
         self.version = -1  # no weights yet

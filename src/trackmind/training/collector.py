@@ -89,6 +89,7 @@ def _run(cfg: dict, idx: int, shared: CollectorLink, seed: int, parent: int) -> 
         race.n_cars,
         seed,
         frames=lambda: shared.frames.value,
+        greedy_cvar=float(cfg["network"].get("greedy_cvar", 1.0)),
     )
     weights = AgentWeights(shared, infer.net, version, int(ccfg["refresh_every_actions"]))
     gim = GameInstanceManager(race, cycle, starts=make_start_bank(cfg["exploration"], seed))
