@@ -42,9 +42,7 @@ def cars_q(
 class FrozenGreedy:
     """Per car, the weights version its greedy race started with, and those weights."""
 
-    def __init__(
-        self, live: InferenceNetwork, k_taus: int, n_cars: int, cvar: float = 1.0
-    ) -> None:
+    def __init__(self, live: InferenceNetwork, k_taus: int, n_cars: int, cvar: float = 1.0) -> None:
         self.live = live
         self.k = int(k_taus)
         self.cvar = float(cvar)  # greedy races act on the mean of the lowest `cvar` quantiles
