@@ -22,6 +22,7 @@ from trackmind.sim.render import (
     TrackTextures,
     build_textures,
     camera_tables,
+    OUTSIDE_TEXEL,
     render_kernel,
     render_kernel_parallel,
     shade_tables,
@@ -78,7 +79,8 @@ class _MapPool:
             texs = [x for tx in self.textures for x in tx.textures]
             sizes = np.array([tx.data.size for tx in texs], dtype=np.int64)
             self.tex_off = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-            self.tex_flat = np.concatenate([tx.data.ravel() for tx in texs])
+            # every texture row-major, then one texel 0 that rays outside a texture read
+            self.tex_flat = np.concatenate([tx.data.ravel() for tx in texs] + [OUTSIDE_TEXEL])
             self.tex_nx = np.array([tx.data.shape[1] for tx in texs], dtype=np.int64)
             self.tex_ny = np.array([tx.data.shape[0] for tx in texs], dtype=np.int64)
             self.tex_x0 = np.array([tx.x0 for tx in texs])

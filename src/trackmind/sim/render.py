@@ -19,6 +19,7 @@ from trackmind.sim.track import Track
 
 CELL_M = 0.5  # texture resolution
 SKY, GRASS, WALL_SHADE, FOG = 215, 45, 150, 175
+OUTSIDE_TEXEL = np.zeros(1, np.uint8)  # ends the packed textures: what rays off them read
 
 
 @dataclass(frozen=True)
@@ -265,15 +266,32 @@ def shade_tables(cam_tables: CameraTables) -> tuple[np.ndarray, np.ndarray]:
 
 
 @nb.njit(cache=True, inline="always")
-def _render_car(b, px, py, yaw, m, tex, cam, out):
+def _row_texels(idx, gx0, gy0, dgx, dgy, off, nx, ny, outside):
+    """Flat texel index of each pixel of a row (the ground point of column col is
+    (gx0 + col dgx, gy0 + col dgy) in cells), `outside` where it falls off the texture.
+    Branch-free, so the compiler vectorises it; the gather that follows is then a plain load.
+    """
+    for col in range(idx.shape[0]):
+        i = np.int64(gx0 + col * dgx)
+        k = np.int64(gy0 + col * dgy)
+        ok = (i >= 0) & (i < nx) & (k >= 0) & (k < ny)
+        idx[col] = off + k * nx + i if ok else outside
+
+
+@nb.njit(cache=True, inline="always")
+def _render_car(b, px, py, yaw, m, tex, cam, out, idx):
     """Car b's frame from (px, py, yaw) in texture m. Rows are swept from the bottom (near)
     to the horizon (far); per column the kernel keeps the highest row still to draw (walls
     occlude rows above them) and whether the previous ground sample was on the road: a
-    change road <-> outside is a wall foot, drawn as a span up to the wall's top."""
+    change road <-> outside is a wall foot, drawn as a span up to the wall's top.
+    Per row, the texel indices come first (`_row_texels`), then the lookups and walls; the
+    nearest row only starts the columns (it cannot hold a wall foot), and the sky is filled
+    row by row, so the per-pixel loop carries no test it does not need."""
     tex_flat, tex_off, tex_nx, tex_ny, tex_x0, tex_y0, cell = tex
     forward, lateral, wall_top, ground_lut, wall_lut, horizon_row = cam
     h, w = out.shape[2], out.shape[3]
     inv = 1.0 / cell
+    outside = tex_flat.shape[0] - 1  # OUTSIDE_TEXEL, after every texture
     draw = np.empty(w, dtype=np.int64)
     prev = np.empty(w, dtype=np.bool_)
     off, nx, ny = tex_off[m], tex_nx[m], tex_ny[m]
@@ -281,26 +299,25 @@ def _render_car(b, px, py, yaw, m, tex, cam, out):
     c, s = np.cos(yaw), np.sin(yaw)
     frame = out[b, 0]
     draw[:] = h - 1
-    first = True
     for row in range(h - 1, horizon_row, -1):
         fw = forward[row]
         lt0 = lateral[row, 0]
         dlt = lateral[row, 1] - lt0
-        gx = (px + fw * c - lt0 * s - x0) * inv
-        gy = (py + fw * s + lt0 * c - y0) * inv
-        dgx = -dlt * s * inv
-        dgy = dlt * c * inv
+        gx0 = (px + fw * c - lt0 * s - x0) * inv
+        gy0 = (py + fw * s + lt0 * c - y0) * inv
+        _row_texels(idx, gx0, gy0, -dlt * s * inv, dlt * c * inv, off, nx, ny, outside)
         lut = ground_lut[row]
+        if row == h - 1:  # the nearest row: ground everywhere, each column starts here
+            for col in range(w):
+                val = tex_flat[idx[col]]
+                prev[col] = val > 0
+                frame[row, col] = lut[val]
+                draw[col] = row - 1
+            continue
         for col in range(w):
             if row <= draw[col]:
-                i = int(gx)
-                k = int(gy)
-                val = 0
-                if i >= 0 and i < nx and k >= 0 and k < ny:
-                    val = tex_flat[off + k * nx + i]
+                val = tex_flat[idx[col]]
                 inside = val > 0
-                if first:
-                    prev[col] = inside
                 if inside != prev[col]:
                     top = max(wall_top[row], horizon_row + 1, 0)
                     shade = wall_lut[row]
@@ -311,12 +328,11 @@ def _render_car(b, px, py, yaw, m, tex, cam, out):
                 else:
                     frame[row, col] = lut[val]
                     draw[col] = row - 1
-            gx += dgx
-            gy += dgy
-        first = False
-    for col in range(w):
-        for rr in range(0, draw[col] + 1):
-            frame[rr, col] = SKY
+    for rr in range(0, draw.max() + 1):
+        line = frame[rr]
+        for col in range(w):
+            if rr <= draw[col]:
+                line[col] = SKY
 
 
 @nb.njit(cache=True)
@@ -325,14 +341,16 @@ def render_kernel(state_x, state_y, state_yaw, car_tex, tex, cam, out):
 
     `tex`: (flat, off, nx, ny, x0, y0, cell), every texture row-major in `flat`, texture m
     from `off[m]`; `cam`: (forward, lateral, wall_top, ground_lut, wall_lut, horizon_row),
-    the CameraTables and shade_tables of the frame size.
+    the CameraTables and shade_tables of the frame size; `flat` ends with OUTSIDE_TEXEL.
     """
+    idx = np.empty(out.shape[3], dtype=np.int64)
     for b in range(out.shape[0]):
-        _render_car(b, state_x[b], state_y[b], state_yaw[b], car_tex[b], tex, cam, out)
+        _render_car(b, state_x[b], state_y[b], state_yaw[b], car_tex[b], tex, cam, out, idx)
 
 
 @nb.njit(cache=True, parallel=True)
 def render_kernel_parallel(state_x, state_y, state_yaw, car_tex, tex, cam, out):
     """`render_kernel` with the cars shared among numba's threads (numba.set_num_threads)."""
     for b in nb.prange(out.shape[0]):
-        _render_car(b, state_x[b], state_y[b], state_yaw[b], car_tex[b], tex, cam, out)
+        idx = np.empty(out.shape[3], dtype=np.int64)  # one per car: threads share none
+        _render_car(b, state_x[b], state_y[b], state_yaw[b], car_tex[b], tex, cam, out, idx)
