@@ -18,11 +18,11 @@ from trackmind.game.contract import TICK_MS, TICKS_PER_ACTION, CarState, GameObs
 from trackmind.sim import physics as ph
 from trackmind.sim.mapio import load_map
 from trackmind.sim.render import (
+    OUTSIDE_TEXEL,
     CameraParams,
     TrackTextures,
     build_textures,
     camera_tables,
-    OUTSIDE_TEXEL,
     render_kernel,
     render_kernel_parallel,
     shade_tables,
