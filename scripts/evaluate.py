@@ -24,7 +24,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from trackmind.cli import OneLineParser, int_at_least
+from trackmind.cli import OneLineParser, int_at_least, share
 from trackmind.evaluation import evaluate, load_checkpoint, map_entries
 from trackmind.tmi.connection import GameUnavailable
 
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--cvar",
-        type=float,
+        type=share(),
         default=None,
         help="risk of the greedy Q: the mean of the lowest CVAR share of quantiles, in (0, 1] "
         "(default: the checkpoint's network.greedy_cvar, 1 = the mean)",

@@ -54,6 +54,19 @@ def positive_float() -> Callable[[str], float]:
     return positive
 
 
+def share() -> Callable[[str], float]:
+    """An argparse type: a share in (0, 1]."""
+    parse = positive_float()
+
+    def in_unit(text: str) -> float:
+        value = parse(text)
+        if value > 1.0:
+            raise argparse.ArgumentTypeError(f"must be a share in (0, 1], got {text!r}")
+        return value
+
+    return in_unit
+
+
 def float_in(low: float, high: float) -> Callable[[str], float]:
     """An argparse type: a number in [low, high]."""
     return _number(float, low, high, f"a number in [{low:g}, {high:g}]")

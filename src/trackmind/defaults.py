@@ -18,8 +18,9 @@ from typing import Any, TypeVar
 
 import yaml
 from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
-from trackmind.errors import ConfigError, check_schema, require
+from trackmind.errors import ConfigError, check_schema, first_line, require
 
 T = TypeVar("T")
 
@@ -57,8 +58,14 @@ def checked_with_defaults(section: Any, defaults: Mapping, schema: type[T], key:
     nested section keeps the defaults of the others. Each default stays written once, in YAML.
     """
     require(section is None or isinstance(section, Mapping), key, "must be a mapping")
-    try:
-        merged = OmegaConf.merge(OmegaConf.create(dict(defaults)), dict(section or {}))
-    except Exception as e:  # a scalar where a section belongs, and the like
-        raise ConfigError(key, str(e).splitlines()[0]) from None
+    merged = OmegaConf.create(dict(defaults))
+    for name, value in dict(section or {}).items():  # key by key, so an error names its key
+        where = f"{key}.{name}"
+        try:
+            given = OmegaConf.create({name: value})
+            # a merge would fill a "???" with the default: say it is missing instead
+            require(not OmegaConf.is_missing(given, name), where, "is missing (???)")
+            merged = OmegaConf.merge(merged, given)
+        except OmegaConfBaseException as e:  # a scalar where a section belongs, and the like
+            raise ConfigError(where, first_line(e)) from None
     return check_schema(OmegaConf.to_container(merged), schema, key)

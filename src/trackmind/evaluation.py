@@ -79,7 +79,7 @@ def evaluate(
     """
 
     if cvar is not None and not 0.0 < cvar <= 1.0:
-        raise ValueError(f"--cvar must be in (0, 1], got {cvar}")
+        raise ValueError(f"cvar must be in (0, 1], got {cvar}")
     cfg = resolve_frame_shape(ckpt["config"])
     cycle, failed = loadable_cycle(maps)
     rows = [{"map": name, "error": problem} for name, problem in failed]

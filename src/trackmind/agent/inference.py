@@ -91,6 +91,8 @@ def greedy_q(
     which evaluation races use so that they depend on the weights alone. `cvar` < 1 averages
     the lowest share of the quantiles only (taus in [0, cvar]): risk-averse values.
     """
+    if not 0.0 < cvar <= 1.0:
+        raise ValueError(f"cvar must be in (0, 1], got {cvar}")
     with torch.inference_mode():
         b, dev = floats.shape[0], floats.device
         if midpoint:

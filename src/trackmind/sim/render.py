@@ -20,6 +20,7 @@ from trackmind.sim.track import Track
 CELL_M = 0.5  # texture resolution
 SKY, GRASS, WALL_SHADE, FOG = 215, 45, 150, 175
 OUTSIDE_TEXEL = np.zeros(1, np.uint8)  # ends the packed textures: what rays off them read
+OUTSIDE_TEXEL.flags.writeable = False
 
 
 @dataclass(frozen=True)
@@ -344,6 +345,7 @@ def render_kernel(state_x, state_y, state_yaw, car_tex, tex, cam, out):
     the CameraTables and shade_tables of the frame size; `flat` ends with OUTSIDE_TEXEL.
     """
     idx = np.empty(out.shape[3], dtype=np.int64)
+    assert tex[0][-1] == 0  # OUTSIDE_TEXEL: rays off every texture read it
     for b in range(out.shape[0]):
         _render_car(b, state_x[b], state_y[b], state_yaw[b], car_tex[b], tex, cam, out, idx)
 
@@ -351,6 +353,7 @@ def render_kernel(state_x, state_y, state_yaw, car_tex, tex, cam, out):
 @nb.njit(cache=True, parallel=True)
 def render_kernel_parallel(state_x, state_y, state_yaw, car_tex, tex, cam, out):
     """`render_kernel` with the cars shared among numba's threads (numba.set_num_threads)."""
+    assert tex[0][-1] == 0  # OUTSIDE_TEXEL: rays off every texture read it
     for b in nb.prange(out.shape[0]):
         idx = np.empty(out.shape[3], dtype=np.int64)  # one per car: threads share none
         _render_car(b, state_x[b], state_y[b], state_yaw[b], car_tex[b], tex, cam, out, idx)
