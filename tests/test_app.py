@@ -28,7 +28,7 @@ from trackmind.training.checkpoint import (
     read_checkpoint,
 )
 from trackmind.training.progress import progress_figures
-from trackmind.training.race_stats import RaceStats
+from trackmind.training.race_stats import RaceStats, metric_map_name
 from trackmind.training.schema import CheckpointConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -278,6 +278,16 @@ def test_race_stats_state_round_trip():
     assert not t.add_race({**base, "finished": True, "race_time": 13_000, "greedy": True}, 5)
     state = s.state_dict()
     assert torch.load(_saved(state), weights_only=True) == state  # plain containers only
+
+
+def test_metric_names_are_mlflow_safe_by_hand():
+    assert metric_map_name("procedural:112") == "procedural_112"
+    assert metric_map_name("maps/circuit.csv") == "maps_circuit.csv"
+    assert metric_map_name("starter") == "starter"
+    s = RaceStats(reference_ms={"procedural:7": 10_000.0}, length_m={"procedural:7": 100.0})
+    race = {"map": "procedural:7", "meters_advanced_along_centerline": [100.0]}
+    s.add_race({**race, "input_w": [1.0], "finished": True, "race_time": 11_000, "greedy": True}, 9)
+    assert s.metrics()["race/procedural_7/best_ratio"] == 1.1
 
 
 def _saved(obj) -> object:

@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping
 
 import ray
 
+from trackmind.training.race_stats import metric_map_name
+
 
 def summarise_episodes(
     recent: Mapping[str, Iterable[Mapping]], best_ms: Mapping[str, float]
@@ -25,11 +27,11 @@ def summarise_episodes(
         if not rows:
             continue
         times = [float(r["race_time_ms"]) for r in rows if r["finished"]]
-        out[f"episodes/{m}/finish_rate"] = len(times) / len(rows)
+        out[f"episodes/{metric_map_name(m)}/finish_rate"] = len(times) / len(rows)
         if times:
-            out[f"episodes/{m}/mean_time"] = sum(times) / len(times) / 1000.0
+            out[f"episodes/{metric_map_name(m)}/mean_time"] = sum(times) / len(times) / 1000.0
     for m, best in best_ms.items():
-        out[f"episodes/{m}/best_time"] = float(best) / 1000.0
+        out[f"episodes/{metric_map_name(m)}/best_time"] = float(best) / 1000.0
     return out
 
 

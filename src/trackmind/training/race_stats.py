@@ -9,6 +9,7 @@ throughput/transitions_per_s, collector/<stage>_ms_per_action.
 
 from __future__ import annotations
 
+import re
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
@@ -21,6 +22,13 @@ def race_ratio(race_time_ms: float | None, reference_ms: float) -> float | None:
     if race_time_ms is None:
         return None
     return float(race_time_ms) / float(reference_ms)
+
+
+def metric_map_name(name: str) -> str:
+    """A map's name as one MLflow metric-path component: characters MLflow refuses (':' of
+    procedural:7) and '/' (a map file's folders) become '_', so race/<map>/<metric> keeps
+    three parts and MLflow logs it under the same name without a warning."""
+    return re.sub(r"[^A-Za-z0-9_.\- ]", "_", name)
 
 
 @dataclass
@@ -133,24 +141,25 @@ class RaceStats:
             "races/mid_track": float(self.mid_track_races),
         }
         for m, fin in self.finishes.items():
+            key = metric_map_name(m)
             if fin:
-                out[f"race/{m}/finish_rate"] = sum(fin) / len(fin)
+                out[f"race/{key}/finish_rate"] = sum(fin) / len(fin)
             if self.progress[m]:
-                out[f"race/{m}/progress"] = sum(self.progress[m]) / len(self.progress[m])
+                out[f"race/{key}/progress"] = sum(self.progress[m]) / len(self.progress[m])
             if m in self.greedy_progress:
-                out[f"race/{m}/greedy_progress"] = self.greedy_progress[m]
+                out[f"race/{key}/greedy_progress"] = self.greedy_progress[m]
             if m in self.greedy_accel:
-                out[f"race/{m}/greedy_accel_share"] = self.greedy_accel[m]
+                out[f"race/{key}/greedy_accel_share"] = self.greedy_accel[m]
             ref = self.reference_ms.get(m)
             last = self.last_greedy.get(m)
             if last is not None:
-                out[f"race/{m}/time"] = last / 1000.0
+                out[f"race/{key}/time"] = last / 1000.0
                 if ref:
-                    out[f"race/{m}/ratio"] = race_ratio(last, ref)
+                    out[f"race/{key}/ratio"] = race_ratio(last, ref)
             if m in self.best_ms:
-                out[f"race/{m}/best_time"] = self.best_ms[m] / 1000.0
+                out[f"race/{key}/best_time"] = self.best_ms[m] / 1000.0
                 if ref:
-                    out[f"race/{m}/best_ratio"] = race_ratio(self.best_ms[m], ref)
+                    out[f"race/{key}/best_ratio"] = race_ratio(self.best_ms[m], ref)
         now = time.monotonic()
         dt = max(now - self._t0, 1e-9)
         out["throughput/transitions_per_s"] = (self.transitions - self._transitions_at_t0) / dt
