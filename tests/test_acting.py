@@ -85,6 +85,24 @@ def test_midpoint_q_is_the_mean_over_midpoint_quantiles():
     race.close()
 
 
+def test_collectors_policy_takes_greedy_cvar_from_the_config():
+    """BatchedPolicy.from_config (local collectors and Ray workers): greedy cars act on the
+    CVaR of the config, exploration cars on the mean."""
+    cfg = _cfg("network.greedy_cvar=0.25")
+    race, _, net = build_collector_parts(cfg, n_cars=2)
+    live = make_inference_network(net, "none")
+    acting = BatchedPolicy.from_config(cfg, live, 2, 0, lambda: 0)
+    assert acting.frozen.cvar == 0.25
+    obs, _ = race.reset()
+    greedy = np.array([True, False])
+    _, q, _ = acting.act(obs, greedy, np.ones(2, bool), version=0)
+    floats = torch.from_numpy(obs[FLOATS])
+    cvar_q = greedy_q(net, None, floats[:1], 32, midpoint=True, cvar=0.25).numpy()
+    np.testing.assert_allclose(q[:1], cvar_q, rtol=1e-6)
+    assert BatchedPolicy.from_config(_cfg(), live, 2, 0, lambda: 0).frozen.cvar == 1.0
+    race.close()
+
+
 def test_frozen_greedy_binds_releases_and_reuses_copies():
     cfg = _cfg()
     race, _, net = build_collector_parts(cfg, n_cars=3)

@@ -12,12 +12,17 @@ Copies are kept per version in use and reused, so a collector holds a few at mos
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import torch
 
-from trackmind.agent.exploration import ActionHold, Exploration, select_actions
+from trackmind.agent.exploration import (
+    ActionHold,
+    Exploration,
+    build_exploration,
+    select_actions,
+)
 from trackmind.agent.inference import InferenceNetwork, greedy_q, make_inference_network
 from trackmind.env.observations import FLOATS
 
@@ -99,6 +104,22 @@ class BatchedPolicy:
         self.hold = ActionHold(n_cars)  # temporally extended random actions (exploration)
         self.rng = np.random.default_rng(seed)
         self.gen = torch.Generator().manual_seed(seed)
+
+    @classmethod
+    def from_config(
+        cls, cfg: Mapping, live: InferenceNetwork, n_cars: int, seed: int, frames: Callable[[], int]
+    ) -> BatchedPolicy:
+        """A collector's policy from the run's config (exploration, network's inference taus
+        and greedy_cvar), as local collectors and Ray workers build it."""
+        return cls(
+            live,
+            build_exploration(cfg["exploration"]),
+            int(cfg["network"]["n_quantiles_inference"]),
+            n_cars,
+            seed,
+            frames,
+            greedy_cvar=float(cfg["network"].get("greedy_cvar", 1.0)),
+        )
 
     def act(self, obs: dict, greedy: np.ndarray, started: np.ndarray, version: int):
         """(actions, q_values, was_greedy); `version` is the live weights' version."""

@@ -92,7 +92,6 @@ class RolloutWorker:
 
     def __init__(self, cfg: dict, index: int, seed: int, n_workers: int = 1) -> None:
         from trackmind.agent.acting import BatchedPolicy
-        from trackmind.agent.exploration import build_exploration
         from trackmind.agent.inference import make_inference_network
         from trackmind.game.starts import make_start_bank
         from trackmind.training.factory import build_collector_parts
@@ -112,15 +111,8 @@ class RolloutWorker:
             self.envs.append(EnvWorker(e, race, cycle, self.monitor, starts))
             net = net if net is not None else env_net
         self.infer = make_inference_network(net, cfg["network"].get("compile", "none"))
-        self.acting = BatchedPolicy(
-            self.infer,
-            build_exploration(cfg["exploration"]),
-            int(cfg["network"]["n_quantiles_inference"]),
-            sum(env.n_cars for env in self.envs),
-            seed,
-            frames=self.frames,
-            greedy_cvar=float(cfg["network"].get("greedy_cvar", 1.0)),
-        )
+        all_cars = sum(env.n_cars for env in self.envs)
+        self.acting = BatchedPolicy.from_config(cfg, self.infer, all_cars, seed, frames=self.frames)
         self.refresh_every = int(ccfg["refresh_every_actions"])
         self.version = -1  # no weights yet
         self.frames_at_sync = 0

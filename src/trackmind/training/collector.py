@@ -71,7 +71,6 @@ def _should_stop(shared: CollectorLink, parent: int) -> bool:
 
 def _run(cfg: dict, idx: int, shared: CollectorLink, seed: int, parent: int) -> None:
     from trackmind.agent.acting import BatchedPolicy
-    from trackmind.agent.exploration import build_exploration
     from trackmind.agent.inference import make_inference_network
     from trackmind.env.rollout import GameInstanceManager
     from trackmind.game.starts import make_start_bank
@@ -82,14 +81,8 @@ def _run(cfg: dict, idx: int, shared: CollectorLink, seed: int, parent: int) -> 
     race, cycle, net = build_collector_parts(cfg, n_cars=int(ccfg["cars_per_process"]), offset=idx)
     version = pull_weights(shared, net, -1)
     infer = make_inference_network(net, cfg["network"].get("compile", "none"))
-    acting = BatchedPolicy(
-        infer,
-        build_exploration(cfg["exploration"]),
-        int(cfg["network"]["n_quantiles_inference"]),
-        race.n_cars,
-        seed,
-        frames=lambda: shared.frames.value,
-        greedy_cvar=float(cfg["network"].get("greedy_cvar", 1.0)),
+    acting = BatchedPolicy.from_config(
+        cfg, infer, race.n_cars, seed, frames=lambda: shared.frames.value
     )
     weights = AgentWeights(shared, infer.net, version, int(ccfg["refresh_every_actions"]))
     gim = GameInstanceManager(race, cycle, starts=make_start_bank(cfg["exploration"], seed))
