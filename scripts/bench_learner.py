@@ -3,6 +3,7 @@
     python scripts/bench_learner.py                     # all presets, batch 512, 2 threads
     python scripts/bench_learner.py --quick             # fewer repeats, smaller buffers
     python scripts/bench_learner.py --presets iqn_cpu --threads 4 --amp
+    python scripts/bench_learner.py --presets iqn_cpu --precision fp32 bf16 --compile none default
 
 One step of ours is what the learner does per batch: ReplayBuffers.sample (records, frame
 gather and the mini-race collate), batch to the device, IQNLightningModule.compute_loss
@@ -16,6 +17,12 @@ collate and network code cost over the bare computation. Figures are medians of 
 The buffers are filled with synthetic races (random frames of the preset's image shape,
 184 random floats); bytes per transition is the allocated size of buffer + buffer_test per
 slot. With CUDA, GPU rows are added (frames travel as uint8, scaled on the device).
+
+`--precision` and `--compile` add a row per combination: autocast to bf16 or fp16 (loss
+scaling for fp16 on a GPU) and torch.compile of our online and target networks (mode
+`default`, `reduce-overhead` for CUDA graphs, `max-autotune`), on the CPU as well where
+torch allows. The reference stays eager, in the same precision: the ratio then shows what
+compilation buys over the bare eager computation. The table names the device.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import argparse
 import copy
 import math
 import os
+import platform
 import statistics
 import time
 from contextlib import nullcontext
@@ -116,20 +124,27 @@ def plain_quantile_huber_loss(z, taus, actions, z_next, rewards, discounts, kapp
 # ---- one step of each ----------------------------------------------------------------------
 
 
-class Stepper:
-    """Clipping, the optimizer's step and (optional) fp16 autocast with loss scaling, shared
-    by both (ours gets its optimizer from IQNLightningModule.configure_optimizers)."""
+PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")
 
-    def __init__(self, opt, learner: dict, device: torch.device, amp: bool) -> None:
+
+class Stepper:
+    """Clipping, the optimizer's step and autocast (bf16, or fp16 with loss scaling on a GPU),
+    shared by both (ours gets its optimizer from IQNLightningModule.configure_optimizers)."""
+
+    def __init__(self, opt, learner: dict, device: torch.device, precision: str) -> None:
         self.opt = opt
         self.params = [p for g in opt.param_groups for p in g["params"]]
         self.clip = float(learner["grad_clip_norm"])
-        self.amp = amp and device.type == "cuda"
-        self.scaler = torch.amp.GradScaler("cuda") if self.amp else None
+        self.dtype = PRECISIONS[precision]
+        fp16_gpu = precision == "fp16" and device.type == "cuda"
+        self.scaler = torch.amp.GradScaler("cuda") if fp16_gpu else None
         self.device = device
 
     def autocast(self):
-        return torch.autocast("cuda", dtype=torch.float16) if self.amp else nullcontext()
+        if self.dtype is None:
+            return nullcontext()
+        return torch.autocast(self.device.type, dtype=self.dtype)
 
     def update(self, loss: torch.Tensor) -> None:
         self.opt.zero_grad(set_to_none=True)
@@ -166,7 +181,9 @@ class Ours:
 class Reference:
     """The plain eager step on pre-made tensors: forward x2, inline loss, update."""
 
-    def __init__(self, nc: NetworkConfig, learner: dict, device, batch: int, amp: bool) -> None:
+    def __init__(
+        self, nc: NetworkConfig, learner: dict, device, batch: int, precision: str
+    ) -> None:
         self.online = PlainIQN(nc).to(device)
         self.target = copy.deepcopy(self.online).requires_grad_(False)
         opt = torch.optim.RAdam(
@@ -175,7 +192,7 @@ class Reference:
             eps=float(learner["adam_eps"]),
             weight_decay=float(learner["weight_decay"]),
         )
-        self.stepper = Stepper(opt, learner, device, amp)
+        self.stepper = Stepper(opt, learner, device, precision)
         self.kappa, self.n = float(learner["kappa"]), nc.n_quantiles_train
         g = torch.Generator().manual_seed(0)
         img = None
@@ -252,13 +269,17 @@ def bench_preset(name: str, devices: list[str], args, learner: dict) -> list[dic
     transitions = args.transitions or default_transitions(nc, args.quick)
     rb = fill_buffers(nc, transitions, gamma=schedule_from(learner["gamma"], "gamma")(0))
     rows = []
-    for device in map(torch.device, devices):
+    combos = [(d, p, c) for d in devices for p in args.precision for c in args.compile]
+    for device, precision, mode in ((torch.device(d), p, c) for d, p, c in combos):
         net = build_network(nc, FLOAT_DIM, frame)
         module = IQNLightningModule(net, learner, nc.n_quantiles_train, nc.n_quantiles_target)
         module.to(device)
-        stepper = Stepper(module.configure_optimizers(), learner, device, args.amp)
+        stepper = Stepper(module.configure_optimizers(), learner, device, precision)
+        if mode != "none":  # compute_loss calls these two: compile both, keep the weights
+            module.online_network = torch.compile(module.online_network, mode=mode)
+            module.target_network = torch.compile(module.target_network, mode=mode)
         ours = Ours(rb, module, stepper, args.batch)
-        ref = Reference(nc, learner, device, args.batch, args.amp)
+        ref = Reference(nc, learner, device, args.batch, precision)
         n_ours = sum(p.numel() for p in module.online_network.parameters())
         n_ref = sum(p.numel() for p in ref.online.parameters())
         assert n_ours == n_ref, f"{name}: the reference has {n_ref} parameters, ours {n_ours}"
@@ -266,7 +287,9 @@ def bench_preset(name: str, devices: list[str], args, learner: dict) -> list[dic
         rows.append(
             {
                 "preset": name,
-                "device": device.type + (" amp" if stepper.amp else ""),
+                "device": device.type,
+                "precision": precision,
+                "compile": mode,
                 "ours": args.batch / statistics.median(ours_s),
                 "ref": args.batch / statistics.median(ref_s),
                 "share": statistics.median(shares),
@@ -276,7 +299,11 @@ def bench_preset(name: str, devices: list[str], args, learner: dict) -> list[dic
                 "steps": steps,
             }
         )
-        print(f"{name} on {device.type}: {rows[-1]['ours']:,.0f} samples/s", flush=True)
+        print(
+            f"{name} on {device.type}, {precision}, compile {mode}: "
+            f"{rows[-1]['ours']:,.0f} samples/s",
+            flush=True,
+        )
     return rows
 
 
@@ -310,15 +337,17 @@ def print_table(rows: list[dict], args) -> None:
         f"\nlearner step at batch {args.batch}, {args.threads} torch threads, median of "
         f"{args.repeats} interleaved repeats (load average {load}: other work skews the figures)"
     )
+    print(f"devices: {device_names(sorted({r['device'] for r in rows}))}")
     print(
-        "| preset | device | ours samples/s | eager ref samples/s | ratio | collate share "
-        "| bytes/transition | x frame |"
+        "| preset | device | precision | compile | ours samples/s | batches/s "
+        "| eager ref samples/s | ratio | collate share | bytes/transition | x frame |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         frame = f"{r['bytes'] / r['frame_bytes']:.2f}" if r["frame_bytes"] else "no frame"
         print(
-            f"| {r['preset']} | {r['device']} | {r['ours']:,.0f} | {r['ref']:,.0f} "
+            f"| {r['preset']} | {r['device']} | {r['precision']} | {r['compile']} "
+            f"| {r['ours']:,.0f} | {r['ours'] / args.batch:,.1f} | {r['ref']:,.0f} "
             f"| {r['ours'] / r['ref']:.2f} | {100 * r['share']:.1f}% | {r['bytes']:,.0f} "
             f"| {frame} |"
         )
@@ -329,9 +358,34 @@ def print_table(rows: list[dict], args) -> None:
         )
 
 
+def device_names(devices: list[str]) -> str:
+    """What the rows ran on, in words: the CPU model and the GPU's name."""
+    names = []
+    for d in devices:
+        if d == "cuda":
+            names.append(f"cuda = {torch.cuda.get_device_name()}")
+        else:
+            names.append(f"cpu = {cpu_model()}, {os.cpu_count()} cores")
+    return "; ".join(names)
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def print_budgets(rows: list[dict]) -> None:
-    """The issue's budgets (2 CPU cores) next to the figures, pass or not."""
-    cpu = [r for r in rows if r["device"] == "cpu"]
+    """The issue's budgets (2 CPU cores) next to the figures, pass or not (fp32, eager)."""
+    cpu = [
+        r
+        for r in rows
+        if r["device"] == "cpu" and r["precision"] == "fp32" and r["compile"] == "none"
+    ]
     print("\nbudgets (2 CPU cores):")
     for r in cpu:
         if r["preset"] == "iqn_cpu":
@@ -379,8 +433,24 @@ def main(argv: list[str] | None = None) -> int:
         "--repeat-s", type=positive_float(), help="seconds of steps a repeat (2, quick 0.5)"
     )
     ap.add_argument("--devices", nargs="+", choices=("cpu", "cuda"), help="default: all found")
-    ap.add_argument("--amp", action="store_true", help="fp16 autocast on the GPU")
+    ap.add_argument(
+        "--precision",
+        nargs="+",
+        choices=tuple(PRECISIONS),
+        default=["fp32"],
+        help="autocast precisions, a row each (fp16 is loss-scaled on a GPU)",
+    )
+    ap.add_argument(
+        "--compile",
+        nargs="+",
+        choices=COMPILE_MODES,
+        default=["none"],
+        help="torch.compile modes of our networks, a row each (none: eager)",
+    )
+    ap.add_argument("--amp", action="store_true", help="the same as --precision fp16")
     args = ap.parse_args(argv)
+    if args.amp:
+        args.precision = ["fp16"]
     args.repeats = args.repeats or (3 if args.quick else 7)
     args.repeat_s = args.repeat_s or (0.5 if args.quick else 2.0)
     devices = args.devices or ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])

@@ -46,11 +46,41 @@ def test_bench_learner_quick_row(capsys):
     finally:
         torch.set_num_threads(threads)
     out = capsys.readouterr().out
-    row = next(line for line in out.splitlines() if line.startswith("| iqn_floats | cpu |"))
+    row = next(
+        line for line in out.splitlines() if line.startswith("| iqn_floats | cpu | fp32 | none |")
+    )
     cells = [c.strip().replace(",", "").rstrip("%") for c in row.strip("|").split("|")]
-    ours, ref, ratio, share, nbytes = map(float, cells[2:7])
-    assert min(ours, ref, ratio, share, nbytes) > 0 and share < 100
-    assert cells[7] == "no frame"
+    ours, batches, ref, ratio, share, nbytes = map(float, cells[4:10])
+    assert min(ours, batches, ref, ratio, share, nbytes) > 0 and share < 100
+    assert cells[10] == "no frame" and abs(batches - ours / 64) < 0.1
+
+
+def _bench_learner_rows(capsys, *extra: str) -> list[list[str]]:
+    threads = torch.get_num_threads()
+    argv = ["--quick", "--presets", "iqn_floats", "--batch", "64", "--transitions", "1000"]
+    argv += ["--repeats", "1", "--repeat-s", "0.05", "--threads", "1", "--devices", "cpu"]
+    try:
+        assert load_script("bench_learner").main([*argv, *extra]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    out = capsys.readouterr().out
+    assert "devices: cpu = " in out  # the table names the machine
+    rows = [line for line in out.splitlines() if line.startswith("| iqn_floats | cpu |")]
+    return [[c.strip().replace(",", "") for c in r.strip("|").split("|")] for r in rows]
+
+
+def test_bench_learner_bf16_autocast_on_cpu(capsys):
+    rows = _bench_learner_rows(capsys, "--precision", "fp32", "bf16")
+    assert [r[2] for r in rows] == ["fp32", "bf16"]
+    assert all(float(r[4]) > 0 and float(r[6]) > 0 for r in rows)
+
+
+@pytest.mark.slow
+def test_bench_learner_compiled_on_cpu(capsys):
+    """torch.compile of the learner's networks (inductor, a C++ compiler) on the CPU."""
+    rows = _bench_learner_rows(capsys, "--compile", "none", "default")
+    assert [r[3] for r in rows] == ["none", "default"]
+    assert all(float(r[4]) > 0 for r in rows)
 
 
 def test_bench_learning_rows_by_hand():
