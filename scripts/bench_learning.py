@@ -6,6 +6,7 @@
     python scripts/bench_learning.py --minutes 30 --no-readme           # rows only
     python scripts/bench_learning.py --minutes 10 -- learner.replay_ratio=16   # extra overrides
     python scripts/bench_learning.py --table-only        # README's table from the results file
+    python scripts/bench_learning.py --minutes 30 --maps technical --seeds 0 1 2  # the scatter
 
 Each item of --maps is a conf/map option (every built-in map has one); each runs
 `scripts/train.py map=<option> trainer.max_time_s=<minutes * 60>`, one run at a time, with
@@ -20,6 +21,11 @@ Columns: minutes to the first greedy finish; greedy finish rate and median ratio
 greedy races, race time / reference time) in the last 10 minutes (the last third of shorter
 budgets); best greedy ratio. Targets (docs/design): first finish <= 5 min, >= 90% finished
 and median <= 1.15x in the last 10 minutes.
+
+Single runs of a long map scatter widely between seeds, so a lever is ranked on several:
+`--seeds` runs each map once per seed (`seed=<s>`; the config's own seed adds no override,
+so it is the defaults' row), and README gets a second table, the medians over the seeds of
+every row measured with more than one.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ import time
 from datetime import date
 from pathlib import Path
 
-from trackmind.cli import OneLineParser, positive_float
+from trackmind.cli import OneLineParser, int_at_least, positive_float
 
 ROOT = Path(__file__).resolve().parents[1]
 MAP_CONF = ROOT / "conf" / "map"
@@ -80,6 +86,43 @@ def summarise(history: list[dict], reference_ms: float, minutes: float, end_s: f
     }
 
 
+def without_seed(overrides: str) -> str:
+    """A row's overrides less its `seed=` one: the lever the seeds repeat."""
+    return " ".join(t for t in overrides.split() if not t.startswith("seed="))
+
+
+def seed_groups(rows: list[dict]) -> list[dict]:
+    """Rows of the same map, budget and lever over several seeds, summarised: the medians of
+    first finish (a run that never finished counts as the whole budget), finish rate and
+    median ratio, the spread of the finish rate, and how many of the runs met the targets."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        key = (r["map"], r["option"], r["minutes"], without_seed(r.get("overrides", "")))
+        groups.setdefault(key, []).append(r)
+    out = []
+    for (name, option, minutes, lever), rs in groups.items():
+        if len(rs) < 2:
+            continue
+        firsts = [minutes if r["first_finish_min"] is None else r["first_finish_min"] for r in rs]
+        ratios = [r["median_ratio"] for r in rs if r["median_ratio"] is not None]
+        rates = [r["finish_rate"] for r in rs]
+        out.append(
+            {
+                "map": name,
+                "option": option,
+                "minutes": minutes,
+                "overrides": lever,
+                "seeds": len(rs),
+                "first_finish_min": statistics.median(firsts),
+                "finish_rate": statistics.median(rates),
+                "finish_rate_range": (min(rates), max(rates)),
+                "median_ratio": statistics.median(ratios) if ratios else None,
+                "met": sum(meets(r) for r in rs),
+            }
+        )
+    return out
+
+
 def meets(row: dict) -> bool:
     """The single-map targets; a map raced in a cycle (option != map): its finish rate."""
     if row.get("option", row.get("map")) != row.get("map"):
@@ -104,6 +147,13 @@ def machine() -> str:
     except OSError:
         pass
     return f"{os.cpu_count()} cores, {model}"
+
+
+def config_seed() -> int:
+    """train.yaml's seed: a run with it needs no seed override."""
+    from omegaconf import OmegaConf
+
+    return int(OmegaConf.load(ROOT / "conf" / "train.yaml")["seed"])
 
 
 def maps_of(option: str) -> list[str]:
@@ -179,6 +229,25 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def seeds_table(groups: list[dict]) -> str:
+    lines = [
+        "| map | budget | seeds | first greedy finish (median) | finished, last window "
+        "(median, range) | median ratio (median) | runs meeting the targets |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for g in groups:
+        name = g["map"] if g["option"] == g["map"] else f"{g['map']} ({g['option']})"
+        if g["overrides"]:
+            name += f" `{g['overrides']}`"
+        lo, hi = g["finish_rate_range"]
+        ratio = "-" if g["median_ratio"] is None else f"{g['median_ratio']:.3f}"
+        lines.append(
+            f"| {name} | {g['minutes']:g} min | {g['seeds']} | {g['first_finish_min']:.1f} min "
+            f"| {g['finish_rate']:.0%} ({lo:.0%}-{hi:.0%}) | {ratio} | {g['met']} of {g['seeds']} |"
+        )
+    return "\n".join(lines)
+
+
 def ordered_rows(saved: dict[str, list[dict]]) -> list[dict]:
     """Every saved row for README: the defaults first (built-in maps in order, then cycles,
     shorter budgets first), then the rows with overrides, map by map."""
@@ -198,10 +267,18 @@ def write_readme(readme: Path, rows: list[dict], command: str) -> None:
         raise SystemExit(f"error: {readme}: no {BEGIN} ... {END} markers to write the table")
     dates = sorted({r["date"] for r in rows})
     machines = sorted({r["machine"] for r in rows})
+    groups = seed_groups(rows)
+    across = (
+        f"\n\nThe rows measured with several seeds (`--seeds`), summarised:\n\n"
+        f"{seeds_table(groups)}"
+        if groups
+        else ""
+    )
     block = (
         f"{BEGIN}\n`{command}` ({', '.join(dates)}; {'; '.join(machines)}; one run at a time, "
         "nothing else running; rates over the last 10 minutes, the last third of shorter "
-        f"budgets; a map in a cycle meets its target at 80% finished):\n\n{table(rows)}\n{END}"
+        f"budgets; a map in a cycle meets its target at 80% finished):\n\n{table(rows)}"
+        f"{across}\n{END}"
     )
     head, rest = text.split(BEGIN, 1)
     readme.write_text(head + block + rest.split(END, 1)[1])
@@ -222,6 +299,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-readme", action="store_true", help="do not write README")
     ap.add_argument("--force", action="store_true", help="rerun rows already in the results")
     ap.add_argument(
+        "--seeds", nargs="+", type=int_at_least(0), help="a run per seed (default: the config's)"
+    )
+    ap.add_argument(
         "--table-only", action="store_true", help="only write README's table from the results"
     )
     args = ap.parse_args(argv)
@@ -240,15 +320,21 @@ def main(argv: list[str] | None = None) -> int:
     results_path = ROOT / args.results
     results_path.parent.mkdir(parents=True, exist_ok=True)
     saved = json.loads(results_path.read_text()) if results_path.is_file() else {}
-    tag = " ".join(extra)
-    for option in [] if args.table_only else args.maps:
+    default_seed = config_seed()
+    runs = [
+        (option, [*extra, *([] if s in (None, default_seed) else [f"seed={s}"])])
+        for option in args.maps
+        for s in (args.seeds or [None])
+    ]
+    for option, run_extra in [] if args.table_only else runs:
+        tag = " ".join(run_extra)
         key = f"{option}|{args.minutes:g}|{tag}"
         if key in saved and not args.force:
             print(f"[bench] {key}: already measured (run {saved[key][0]['run_id'][:8]})")
             continue
         stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
         out_dir = ROOT / "outputs" / "bench_learning" / f"{stamp}_{option}_{args.minutes:g}min"
-        run_training(option, args.minutes, extra, out_dir)
+        run_training(option, args.minutes, run_extra, out_dir)
         run_id, history = read_run(out_dir, args.tracking_uri)
         rows = []
         end_s = max((h["wall_s"] for h in history), default=0.0)
@@ -269,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
         saved[key] = rows
         results_path.write_text(json.dumps(saved, indent=1))  # row by row: resumable
         print(table(rows))
-    wanted = [f"{o}|{args.minutes:g}|{tag}" for o in args.maps]
+    wanted = [f"{o}|{args.minutes:g}|{' '.join(e)}" for o, e in runs]
     print(table([r for k in wanted for r in saved.get(k, [])]))
     rows = ordered_rows(saved)
     if not args.no_readme and rows:

@@ -147,6 +147,42 @@ def test_bench_learning_readme_lists_every_saved_row_defaults_first():
     ]
 
 
+def test_bench_learning_seed_groups_by_hand():
+    """Three seeds of the defaults and two of a lever on technical: medians by hand."""
+    bench = load_script("bench_learning")
+
+    def row(overrides, first, rate, ratio):
+        return {
+            "map": "technical",
+            "option": "technical",
+            "minutes": 30.0,
+            "overrides": overrides,
+            "first_finish_min": first,
+            "finish_rate": rate,
+            "median_ratio": ratio,
+        }
+
+    rows = [
+        row("", 12.1, 0.54, 1.133),
+        row("seed=1", 25.4, 0.06, 1.283),
+        row("seed=2", 4.0, 0.95, 1.10),  # this one meets every target
+        row("x=1", None, 0.0, None),  # never finished: counts as the whole budget
+        row("x=1 seed=1", 10.0, 0.5, 1.2),
+        row("y=2", 3.0, 1.0, 1.0),  # one seed only: no summary
+    ]
+    defaults, lever = bench.seed_groups(rows)
+    assert (defaults["overrides"], defaults["seeds"]) == ("", 3)
+    assert defaults["first_finish_min"] == 12.1 and defaults["finish_rate"] == 0.54
+    assert defaults["finish_rate_range"] == (0.06, 0.95) and defaults["median_ratio"] == 1.133
+    assert defaults["met"] == 1
+    assert (lever["overrides"], lever["seeds"], lever["met"]) == ("x=1", 2, 0)
+    assert lever["first_finish_min"] == 20.0  # median of 30 (never) and 10
+    assert lever["finish_rate"] == 0.25 and lever["median_ratio"] == 1.2
+    assert "| technical `x=1` | 30 min | 2 | 20.0 min | 25% (0%-50%) | 1.200 | 0 of 2 |" in (
+        bench.seeds_table([defaults, lever])
+    )
+
+
 def test_min_deps_pins_each_lower_bound():
     pins = load_script("min_deps").minimum_pins(
         [
