@@ -19,7 +19,7 @@ The buffers are filled with synthetic races (random frames of the preset's image
 slot. With CUDA, GPU rows are added (frames travel as uint8, scaled on the device).
 
 `--precision` and `--compile` add a row per combination: autocast to bf16 or fp16 (loss
-scaling for fp16 on a GPU) and torch.compile of our online and target networks (mode
+scaling for fp16 on a GPU) and `learner.compile`, torch.compile of our forward passes (mode
 `default`, `reduce-overhead` for CUDA graphs, `max-autotune`), on the CPU as well where
 torch allows. The reference stays eager, in the same precision: the ratio then shows what
 compilation buys over the bare eager computation. The table names the device.
@@ -271,13 +271,11 @@ def bench_preset(name: str, devices: list[str], args, learner: dict) -> list[dic
     rows = []
     combos = [(d, p, c) for d in devices for p in args.precision for c in args.compile]
     for device, precision, mode in ((torch.device(d), p, c) for d, p, c in combos):
-        net = build_network(nc, FLOAT_DIM, frame)
-        module = IQNLightningModule(net, learner, nc.n_quantiles_train, nc.n_quantiles_target)
+        net = build_network(nc, FLOAT_DIM, frame).to(device)
+        compiled = {**learner, "compile": mode}  # learner.compile, as a training run sets it
+        module = IQNLightningModule(net, compiled, nc.n_quantiles_train, nc.n_quantiles_target)
         module.to(device)
         stepper = Stepper(module.configure_optimizers(), learner, device, precision)
-        if mode != "none":  # compute_loss calls these two: compile both, keep the weights
-            module.online_network = torch.compile(module.online_network, mode=mode)
-            module.target_network = torch.compile(module.target_network, mode=mode)
         ours = Ours(rb, module, stepper, args.batch)
         ref = Reference(nc, learner, device, args.batch, precision)
         n_ours = sum(p.numel() for p in module.online_network.parameters())

@@ -65,6 +65,9 @@ def schedule_from(cfg: Mapping | float, key: str) -> Schedule:
     return Schedule.from_config(sc.points, sc.kind, f"{key}.points")
 
 
+LEARNER_COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")
+
+
 @dataclass
 class LearnerConfig:
     """The `learner` group (conf/learner/iqn.yaml, where the defaults live): the module's
@@ -87,9 +90,17 @@ class LearnerConfig:
     publish_every_batches: int = MISSING
     max_nonfinite_in_a_row: int = MISSING
     acting_ema_batches: float = MISSING
+    # torch.compile mode of the learner's forward passes (none: eager); a default here too,
+    # because the checkpoints of runs from before the key have no value for it
+    compile: str = "none"
 
     def __post_init__(self) -> None:
         key = "learner"
+        require(
+            self.compile in LEARNER_COMPILE_MODES,
+            f"{key}.compile",
+            f"must be one of {', '.join(LEARNER_COMPILE_MODES)}, got {self.compile!r}",
+        )
         for name, strict in (
             ("batch_size", True),
             ("adam_eps", True),
@@ -125,6 +136,14 @@ class LearnerConfig:
 def learner_config(cfg: Mapping | LearnerConfig, key: str = "learner") -> LearnerConfig:
     """The validated learner group (one-line ConfigError naming the key)."""
     return cfg if isinstance(cfg, LearnerConfig) else check_schema(cfg, LearnerConfig, key)
+
+
+def compiled_forwards(online: torch.nn.Module, target: torch.nn.Module, mode: str):
+    """(online, target) callables: the modules' own calls (mode none) or torch.compile of
+    their forward. Functions, never modules, so that holding them registers no submodule."""
+    if mode == "none":
+        return online.__call__, target.__call__
+    return torch.compile(online.forward, mode=mode), torch.compile(target.forward, mode=mode)
 
 
 class IQNLightningModule(L.LightningModule):
@@ -163,6 +182,12 @@ class IQNLightningModule(L.LightningModule):
         self.samples_since_target_update = 0
         self.samples_learned = 0
         self.last_stats: dict[str, float] = {}
+        # the forward passes compute_loss runs: the networks themselves, or compiled
+        # functions over them (plain attributes, not submodules: state_dict keeps its keys,
+        # and the weights stay the networks', updated in place)
+        self._online, self._target = compiled_forwards(
+            self.online_network, self.target_network, self.cfg.compile
+        )
 
     # --- optimisation -------------------------------------------------------------------
     def configure_optimizers(self):
@@ -186,13 +211,13 @@ class IQNLightningModule(L.LightningModule):
         next_img = batch.get("next_state_img")
         b = batch["action"].shape[0]
         taus = stratified_symmetric_taus(b, self.n_train, device=self.device)
-        z = self.online_network(state_img, batch["state_float"], taus)
+        z = self._online(state_img, batch["state_float"], taus)
         with torch.no_grad():
             taus_next = random_taus(b, self.n_target, device=self.device)
-            z_next = self.target_network(next_img, batch["next_state_float"], taus_next)
+            z_next = self._target(next_img, batch["next_state_float"], taus_next)
             z_online_next = None
             if self.cfg.double_dqn:
-                z_online_next = self.online_network(next_img, batch["next_state_float"], taus_next)
+                z_online_next = self._online(next_img, batch["next_state_float"], taus_next)
         loss, per_sample = iqn_loss(
             z,
             taus,
