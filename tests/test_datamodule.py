@@ -55,6 +55,14 @@ def test_a_starved_learner_stops_at_its_deadline():
     assert 1.0 <= took < 15.0, took
 
 
+def test_batches_are_pinned_only_for_a_gpu_learner():
+    shared = make_shared(torch.nn.Linear(2, 2))
+    buffers = make_buffers({"learning_starts": 100}, None, 2)
+    assert not ReplayDataModule(buffers, shared, 8, 1.0, lambda: 1.0).train_dataloader().pin_memory
+    gpu = ReplayDataModule(buffers, shared, 8, 1.0, lambda: 1.0, pin_memory=True)
+    assert gpu.train_dataloader().pin_memory
+
+
 def test_replay_ratio_allows_counts_samples_against_data():
     # ratio 8, 100 new transitions: up to 800 samples; 768 served + 32 fits, + 33 does not
     assert replay_ratio_allows(768, 32, 100, 8.0)

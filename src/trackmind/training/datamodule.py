@@ -81,6 +81,7 @@ class ReplayDataModule(L.LightningDataModule):
         val_batches: int = 4,
         wait_limit_s: float | None = None,
         on_best_race: Callable[[dict], None] | None = None,
+        pin_memory: bool = False,
     ) -> None:
         super().__init__()
         self.buffers = buffers
@@ -93,6 +94,7 @@ class ReplayDataModule(L.LightningDataModule):
         self.check_collectors = check_collectors or (lambda: None)
         self.val_batches = int(val_batches)
         self.on_best_race = on_best_race or (lambda r: None)  # e.g. keep best.pt
+        self.pin_memory = bool(pin_memory)  # a GPU learner: pinned batches, async copies
         # a learner starved of data (collectors gone) ends its stream this long after fit
         # starts; StopWhenStarved then stops the trainer (Lightning's timer checks only
         # between batches)
@@ -223,7 +225,9 @@ class ReplayDataModule(L.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         if self.wait_limit_s is not None:
             self.deadline = time.monotonic() + float(self.wait_limit_s)
-        return DataLoader(_TrainStream(self), batch_size=None, num_workers=0)
+        return DataLoader(
+            _TrainStream(self), batch_size=None, num_workers=0, pin_memory=self.pin_memory
+        )
 
     def val_dataloader(self) -> DataLoader:
         return DataLoader(_TestStream(self, self.val_batches), batch_size=None, num_workers=0)

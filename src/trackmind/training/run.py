@@ -136,6 +136,8 @@ def build_data(
         # a learner starved of data still stops (Lightning's timer first)
         wait_limit_s=float(max_time_s) + 60.0 if max_time_s else None,
         on_best_race=on_best_race,
+        # page-locked batches: Lightning's non_blocking copy to the GPU is then asynchronous
+        pin_memory=cfg["trainer"]["accelerator"] in ("gpu", "cuda") and torch.cuda.is_available(),
     )
 
 
