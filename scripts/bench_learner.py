@@ -269,8 +269,11 @@ def bench_preset(name: str, devices: list[str], args, learner: dict) -> list[dic
     transitions = args.transitions or default_transitions(nc, args.quick)
     rb = fill_buffers(nc, transitions, gamma=schedule_from(learner["gamma"], "gamma")(0))
     rows = []
-    combos = [(d, p, c) for d in devices for p in args.precision for c in args.compile]
+    combos = [(d, p, c) for d in devices for p in precisions(args, d) for c in args.compile]
     for device, precision, mode in ((torch.device(d), p, c) for d, p, c in combos):
+        # every combination compiles anew: dynamo's per-function cache (8 entries) would
+        # otherwise fill up over the rows and run the later "compiled" ones eagerly
+        torch.compiler.reset()
         net = build_network(nc, FLOAT_DIM, frame).to(device)
         compiled = {**learner, "compile": mode}  # learner.compile, as a training run sets it
         module = IQNLightningModule(net, compiled, nc.n_quantiles_train, nc.n_quantiles_target)
@@ -303,6 +306,13 @@ def bench_preset(name: str, devices: list[str], args, learner: dict) -> list[dic
             flush=True,
         )
     return rows
+
+
+def precisions(args, device: str) -> list[str]:
+    """The precisions of a device's rows: --precision, or with --amp fp16 on the GPU only."""
+    if args.amp:
+        return ["fp16"] if device == "cuda" else ["fp32"]
+    return args.precision
 
 
 def interleave(ours: Ours, ref: Reference, device, args):
@@ -435,8 +445,8 @@ def main(argv: list[str] | None = None) -> int:
         "--precision",
         nargs="+",
         choices=tuple(PRECISIONS),
-        default=["fp32"],
-        help="autocast precisions, a row each (fp16 is loss-scaled on a GPU)",
+        default=None,
+        help="autocast precisions, a row each (fp16 is loss-scaled on a GPU; default fp32)",
     )
     ap.add_argument(
         "--compile",
@@ -445,10 +455,11 @@ def main(argv: list[str] | None = None) -> int:
         default=["none"],
         help="torch.compile modes of our networks, a row each (none: eager)",
     )
-    ap.add_argument("--amp", action="store_true", help="the same as --precision fp16")
+    ap.add_argument("--amp", action="store_true", help="fp16 autocast on the GPU, fp32 on the CPU")
     args = ap.parse_args(argv)
-    if args.amp:
-        args.precision = ["fp16"]
+    if args.amp and args.precision:
+        ap.error("--amp and --precision: give one of them")
+    args.precision = args.precision or ["fp32"]
     args.repeats = args.repeats or (3 if args.quick else 7)
     args.repeat_s = args.repeat_s or (0.5 if args.quick else 2.0)
     devices = args.devices or ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])

@@ -324,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = [
         (option, [*extra, *([] if s in (None, default_seed) else [f"seed={s}"])])
         for option in args.maps
-        for s in (args.seeds or [None])
+        for s in dict.fromkeys(args.seeds or [None])
     ]
     for option, run_extra in [] if args.table_only else runs:
         tag = " ".join(run_extra)

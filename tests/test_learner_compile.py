@@ -50,6 +50,20 @@ def test_compiled_module_keeps_its_state_dict_keys():
     compiled.load_state_dict(eager.state_dict())  # checkpoints load either way
 
 
+def test_a_deep_copy_runs_its_own_networks():
+    import copy
+
+    module = _module("default")
+    module._forwards()
+    twin = copy.deepcopy(module)
+    with torch.no_grad():
+        for p in twin.online_network.parameters():
+            p.zero_()
+    online, _ = twin._forwards()  # made anew for the copy's networks
+    assert online.__wrapped__.__self__ is twin.online_network
+    assert module._forwards()[0].__wrapped__.__self__ is module.online_network
+
+
 def test_unknown_compile_mode_names_the_key():
     with pytest.raises(ConfigError, match="learner.compile"):
         _module("jit")

@@ -185,9 +185,7 @@ class IQNLightningModule(L.LightningModule):
         # the forward passes compute_loss runs: the networks themselves, or compiled
         # functions over them (plain attributes, not submodules: state_dict keeps its keys,
         # and the weights stay the networks', updated in place)
-        self._online, self._target = compiled_forwards(
-            self.online_network, self.target_network, self.cfg.compile
-        )
+        self._forwards_of: int | None = None  # id of the networks the forwards were made for
 
     # --- optimisation -------------------------------------------------------------------
     def configure_optimizers(self):
@@ -205,19 +203,30 @@ class IQNLightningModule(L.LightningModule):
     def current_gamma(self) -> float:
         return self.gamma_schedule(self.frames())
 
+    def _forwards(self):
+        """The forward passes over this module's own networks, made on first use (and again
+        in a deep copy, whose networks are new objects)."""
+        if self._forwards_of != id(self.online_network):
+            self._fwd = compiled_forwards(
+                self.online_network, self.target_network, self.cfg.compile
+            )
+            self._forwards_of = id(self.online_network)
+        return self._fwd
+
     def compute_loss(self, batch: Mapping[str, torch.Tensor]):
         """Loss, per-sample losses and the online quantiles for one collated batch."""
         state_img = batch.get("state_img")
         next_img = batch.get("next_state_img")
         b = batch["action"].shape[0]
         taus = stratified_symmetric_taus(b, self.n_train, device=self.device)
-        z = self._online(state_img, batch["state_float"], taus)
+        online, target = self._forwards()
+        z = online(state_img, batch["state_float"], taus)
         with torch.no_grad():
             taus_next = random_taus(b, self.n_target, device=self.device)
-            z_next = self._target(next_img, batch["next_state_float"], taus_next)
+            z_next = target(next_img, batch["next_state_float"], taus_next)
             z_online_next = None
             if self.cfg.double_dqn:
-                z_online_next = self._online(next_img, batch["next_state_float"], taus_next)
+                z_online_next = online(next_img, batch["next_state_float"], taus_next)
         loss, per_sample = iqn_loss(
             z,
             taus,
