@@ -4,6 +4,7 @@
     python scripts/bench_learner.py --quick             # fewer repeats, smaller buffers
     python scripts/bench_learner.py --presets iqn_cpu --threads 4 --amp
     python scripts/bench_learner.py --presets iqn_cpu --precision fp32 bf16 --compile none default
+    python scripts/bench_learner.py --presets iqn_linesight --prefetch 0 1   # sampling on a thread
 
 One step of ours is what the learner does per batch: ReplayBuffers.sample (records, frame
 gather and the mini-race collate), batch to the device, IQNLightningModule.compute_loss
@@ -23,6 +24,11 @@ scaling for fp16 on a GPU) and `learner.compile`, torch.compile of our forward p
 `default`, `reduce-overhead` for CUDA graphs, `max-autotune`), on the CPU as well where
 torch allows. The reference stays eager, in the same precision: the ratio then shows what
 compilation buys over the bare eager computation. The table names the device.
+
+`--prefetch 0 1` adds a row per depth: with depth >= 1 our step takes its batch from a
+BatchPrefetcher (trainer.prefetch_batches), which samples the next batches on a thread while
+the step runs (pinned for a GPU); the collate share is then the time the step waited for a
+prepared batch, what sampling leaves on the critical path.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ from torch import nn
 from trackmind.agent.network_config import NetworkConfig, build_network, network_config
 from trackmind.cli import OneLineParser, int_at_least, positive_float
 from trackmind.replay.buffers import ReplayBuffers, make_buffers
+from trackmind.replay.prefetch import BatchPrefetcher
 from trackmind.training.module import IQNLightningModule, schedule_from
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -163,13 +170,27 @@ class Stepper:
 class Ours:
     """A learner step on our code: buffer sample + collate, compute_loss, update."""
 
-    def __init__(self, rb: ReplayBuffers, module: IQNLightningModule, stepper: Stepper, batch):
+    def __init__(
+        self,
+        rb: ReplayBuffers,
+        module: IQNLightningModule,
+        stepper: Stepper,
+        batch: int,
+        prefetch: int = 0,
+    ) -> None:
         self.rb, self.module, self.stepper, self.batch = rb, module, stepper, batch
         self.sample_s = 0.0
+        self.prefetcher = None
+        if prefetch > 0:
+            pin = stepper.device.type == "cuda"
+            self.prefetcher = BatchPrefetcher(lambda: rb.sample(batch), prefetch, pin=pin)
 
     def step(self) -> None:
         t0 = time.perf_counter()
-        batch = self.rb.sample(self.batch)
+        if self.prefetcher is not None:
+            batch = self.prefetcher.take()
+        else:
+            batch = self.rb.sample(self.batch)
         self.sample_s += time.perf_counter() - t0
         dev = self.stepper.device
         batch = {k: v.to(dev, non_blocking=True) for k, v in batch.items()}
@@ -269,8 +290,14 @@ def bench_preset(name: str, devices: list[str], args, learner: dict) -> list[dic
     transitions = args.transitions or default_transitions(nc, args.quick)
     rb = fill_buffers(nc, transitions, gamma=schedule_from(learner["gamma"], "gamma")(0))
     rows = []
-    combos = [(d, p, c) for d in devices for p in precisions(args, d) for c in args.compile]
-    for device, precision, mode in ((torch.device(d), p, c) for d, p, c in combos):
+    combos = [
+        (torch.device(d), p, c, q)
+        for d in devices
+        for p in precisions(args, d)
+        for c in args.compile
+        for q in args.prefetch
+    ]
+    for device, precision, mode, prefetch in combos:
         # every combination compiles anew: dynamo's per-function cache (8 entries) would
         # otherwise fill up over the rows and run the later "compiled" ones eagerly
         torch.compiler.reset()
@@ -279,18 +306,21 @@ def bench_preset(name: str, devices: list[str], args, learner: dict) -> list[dic
         module = IQNLightningModule(net, compiled, nc.n_quantiles_train, nc.n_quantiles_target)
         module.to(device)
         stepper = Stepper(module.configure_optimizers(), learner, device, precision)
-        ours = Ours(rb, module, stepper, args.batch)
+        ours = Ours(rb, module, stepper, args.batch, prefetch)
         ref = Reference(nc, learner, device, args.batch, precision)
         n_ours = sum(p.numel() for p in module.online_network.parameters())
         n_ref = sum(p.numel() for p in ref.online.parameters())
         assert n_ours == n_ref, f"{name}: the reference has {n_ref} parameters, ours {n_ours}"
         ours_s, ref_s, shares, steps = interleave(ours, ref, device, args)
+        if ours.prefetcher is not None:
+            ours.prefetcher.close()
         rows.append(
             {
                 "preset": name,
                 "device": device.type,
                 "precision": precision,
                 "compile": mode,
+                "prefetch": prefetch,
                 "ours": args.batch / statistics.median(ours_s),
                 "ref": args.batch / statistics.median(ref_s),
                 "share": statistics.median(shares),
@@ -301,7 +331,7 @@ def bench_preset(name: str, devices: list[str], args, learner: dict) -> list[dic
             }
         )
         print(
-            f"{name} on {device.type}, {precision}, compile {mode}: "
+            f"{name} on {device.type}, {precision}, compile {mode}, prefetch {prefetch}: "
             f"{rows[-1]['ours']:,.0f} samples/s",
             flush=True,
         )
@@ -347,15 +377,16 @@ def print_table(rows: list[dict], args) -> None:
     )
     print(f"devices: {device_names(sorted({r['device'] for r in rows}))}")
     print(
-        "| preset | device | precision | compile | ours samples/s | batches/s "
+        "| preset | device | precision | compile | prefetch | ours samples/s | batches/s "
         "| eager ref samples/s | ratio | collate share | bytes/transition | x frame |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         frame = f"{r['bytes'] / r['frame_bytes']:.2f}" if r["frame_bytes"] else "no frame"
         print(
             f"| {r['preset']} | {r['device']} | {r['precision']} | {r['compile']} "
-            f"| {r['ours']:,.0f} | {r['ours'] / args.batch:,.1f} | {r['ref']:,.0f} "
+            f"| {r['prefetch']} | {r['ours']:,.0f} | {r['ours'] / args.batch:,.1f} "
+            f"| {r['ref']:,.0f} "
             f"| {r['ours'] / r['ref']:.2f} | {100 * r['share']:.1f}% | {r['bytes']:,.0f} "
             f"| {frame} |"
         )
@@ -392,7 +423,10 @@ def print_budgets(rows: list[dict]) -> None:
     cpu = [
         r
         for r in rows
-        if r["device"] == "cpu" and r["precision"] == "fp32" and r["compile"] == "none"
+        if r["device"] == "cpu"
+        and r["precision"] == "fp32"
+        and r["compile"] == "none"
+        and r["prefetch"] == 0
     ]
     print("\nbudgets (2 CPU cores):")
     for r in cpu:
@@ -454,6 +488,13 @@ def main(argv: list[str] | None = None) -> int:
         choices=COMPILE_MODES,
         default=["none"],
         help="torch.compile modes of our networks, a row each (none: eager)",
+    )
+    ap.add_argument(
+        "--prefetch",
+        nargs="+",
+        type=int_at_least(0),
+        default=[0],
+        help="batches sampled ahead on a thread, a row each (0: in the step)",
     )
     ap.add_argument("--amp", action="store_true", help="fp16 autocast on the GPU, fp32 on the CPU")
     args = ap.parse_args(argv)

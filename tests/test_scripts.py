@@ -47,12 +47,14 @@ def test_bench_learner_quick_row(capsys):
         torch.set_num_threads(threads)
     out = capsys.readouterr().out
     row = next(
-        line for line in out.splitlines() if line.startswith("| iqn_floats | cpu | fp32 | none |")
+        line
+        for line in out.splitlines()
+        if line.startswith("| iqn_floats | cpu | fp32 | none | 0 |")
     )
     cells = [c.strip().replace(",", "").rstrip("%") for c in row.strip("|").split("|")]
-    ours, batches, ref, ratio, share, nbytes = map(float, cells[4:10])
+    ours, batches, ref, ratio, share, nbytes = map(float, cells[5:11])
     assert min(ours, batches, ref, ratio, share, nbytes) > 0 and share < 100
-    assert cells[10] == "no frame" and abs(batches - ours / 64) < 0.1
+    assert cells[11] == "no frame" and abs(batches - ours / 64) < 0.1
 
 
 def _bench_learner_rows(capsys, *extra: str) -> list[list[str]]:
@@ -72,7 +74,14 @@ def _bench_learner_rows(capsys, *extra: str) -> list[list[str]]:
 def test_bench_learner_bf16_autocast_on_cpu(capsys):
     rows = _bench_learner_rows(capsys, "--precision", "fp32", "bf16")
     assert [r[2] for r in rows] == ["fp32", "bf16"]
-    assert all(float(r[4]) > 0 and float(r[6]) > 0 for r in rows)
+    assert all(float(r[5]) > 0 and float(r[7]) > 0 for r in rows)
+
+
+def test_bench_learner_prefetch_rows(capsys):
+    """--prefetch 0 1: the step samples itself, then takes batches sampled on a thread."""
+    rows = _bench_learner_rows(capsys, "--prefetch", "0", "1")
+    assert [r[4] for r in rows] == ["0", "1"]
+    assert all(float(r[5]) > 0 and 0 <= float(r[9].rstrip("%")) < 100 for r in rows)
 
 
 @pytest.mark.slow
@@ -80,7 +89,7 @@ def test_bench_learner_compiled_on_cpu(capsys):
     """torch.compile of the learner's networks (inductor, a C++ compiler) on the CPU."""
     rows = _bench_learner_rows(capsys, "--compile", "none", "default")
     assert [r[3] for r in rows] == ["none", "default"]
-    assert all(float(r[4]) > 0 for r in rows)
+    assert all(float(r[5]) > 0 for r in rows)
 
 
 def test_bench_learning_rows_by_hand():

@@ -3,15 +3,19 @@
 ReplayBuffers is what the learner's DataModule talks to: add a race, grow on the frame
 schedule, sample, update priorities, checkpoint. buffer_test holds test_fraction of the
 capacity (chunks of test_fraction of the races go there), for an overfitting measure.
+Every call that touches the storage holds one lock, so a prefetch thread may sample
+(replay.prefetch) while races and priority updates arrive on the learner's thread.
 """
 
 from __future__ import annotations
 
 import math
 import pickle
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
+from functools import wraps
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -22,6 +26,19 @@ from trackmind.replay.nstep import fill_buffer_from_rollout_with_n_steps_rule
 from trackmind.replay.transition_buffer import TransitionBuffer
 
 STATE_VERSION = 1
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _locked(method: F) -> F:
+    """Run the method holding the instance's lock."""
+
+    @wraps(method)
+    def run(self: ReplayBuffers, *args: Any, **kwargs: Any) -> Any:
+        with self.lock:
+            return method(self, *args, **kwargs)
+
+    return run  # type: ignore[return-value]
 
 
 class ReplayBuffers:
@@ -36,6 +53,7 @@ class ReplayBuffers:
         seed: int = 0,
     ) -> None:
         self.config = config
+        self.lock = threading.RLock()
         self.horizon_actions = horizon_actions
         self.frames = 0
         seeds = np.random.SeedSequence(seed).generate_state(3)
@@ -73,6 +91,7 @@ class ReplayBuffers:
         """Enough transitions in buffer to start learning."""
         return len(self.buffer) >= self.config.learning_starts
 
+    @_locked
     def add_rollout(
         self,
         rollout_results: RolloutResults,
@@ -96,6 +115,7 @@ class ReplayBuffers:
             rng=self.split_rng,
         )
 
+    @_locked
     def update_capacity(self, frames: int) -> bool:
         """Follow the capacity schedule at ``frames`` frames played; True if it grew."""
         self.frames = max(self.frames, int(frames))
@@ -107,14 +127,17 @@ class ReplayBuffers:
             self.buffer_test.set_capacity(self.test_capacity(capacity))
         return True
 
+    @_locked
     def sample(self, batch_size: int) -> dict[str, torch.Tensor]:
         return self.buffer.sample(batch_size)
 
+    @_locked
     def sample_test(self, batch_size: int) -> dict[str, torch.Tensor]:
         if self.buffer_test is None or len(self.buffer_test) == 0:
             raise RuntimeError("buffer_test is empty (or test_fraction is 0)")
         return self.buffer_test.sample(batch_size)
 
+    @_locked
     def update_priorities(self, indices: torch.Tensor, per_sample_loss: torch.Tensor) -> None:
         """For batches from ``sample`` (buffer_test is never trained on)."""
         self.buffer.update_priorities(indices, per_sample_loss)
@@ -126,6 +149,7 @@ class ReplayBuffers:
 
     # ---- checkpoints --------------------------------------------------------------------
 
+    @_locked
     def state_dict(self) -> dict[str, Any]:
         return {
             "version": STATE_VERSION,
@@ -136,6 +160,7 @@ class ReplayBuffers:
             "split_rng": self.split_rng.bit_generator.state,
         }
 
+    @_locked
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         if state.get("version") != STATE_VERSION:
             raise ValueError(

@@ -5,6 +5,9 @@ The train dataset is an infinite IterableDataset living in the learner process
 buffer_test through the n-step rule, waits until the buffer holds `learning_starts`
 transitions, and keeps the replay ratio (samples learned per new transition) by waiting for
 data rather than over-training on what it has. Validation samples buffer_test.
+With prefetch_batches > 0 (a GPU learner), a thread samples the next batches while the
+learner's step runs (replay.prefetch); `sample_s` is then only the time the learner waited
+for a prepared batch, the part of sampling left on its critical path.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from trackmind.queueing import (
     RaceInMemory,
 )
 from trackmind.replay.buffers import ReplayBuffers
+from trackmind.replay.prefetch import BatchPrefetcher
 from trackmind.training.race_stats import RaceStats
 from trackmind.training.shared import SharedHandles, read_spool
 
@@ -82,6 +86,7 @@ class ReplayDataModule(L.LightningDataModule):
         wait_limit_s: float | None = None,
         on_best_race: Callable[[dict], None] | None = None,
         pin_memory: bool = False,
+        prefetch_batches: int = 0,
     ) -> None:
         super().__init__()
         self.buffers = buffers
@@ -95,6 +100,8 @@ class ReplayDataModule(L.LightningDataModule):
         self.val_batches = int(val_batches)
         self.on_best_race = on_best_race or (lambda r: None)  # e.g. keep best.pt
         self.pin_memory = bool(pin_memory)  # a GPU learner: pinned batches, async copies
+        self.prefetch_batches = int(prefetch_batches)  # batches sampled ahead on a thread
+        self._prefetcher: BatchPrefetcher | None = None
         # a learner starved of data (collectors gone) ends its stream this long after fit
         # starts; StopWhenStarved then stops the trainer (Lightning's timer checks only
         # between batches)
@@ -190,7 +197,10 @@ class ReplayDataModule(L.LightningDataModule):
                 return None
         t1 = time.perf_counter()
         self.wait_s += t1 - t0
-        batch = self.buffers.sample(self.batch_size)
+        if self._prefetcher is not None:
+            batch = self._prefetcher.take()
+        else:
+            batch = self.buffers.sample(self.batch_size)
         self.sample_s += time.perf_counter() - t1
         self.samples_served += self.batch_size
         return batch
@@ -225,9 +235,24 @@ class ReplayDataModule(L.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         if self.wait_limit_s is not None:
             self.deadline = time.monotonic() + float(self.wait_limit_s)
-        return DataLoader(
-            _TrainStream(self), batch_size=None, num_workers=0, pin_memory=self.pin_memory
-        )
+        self.close_prefetcher()
+        if self.prefetch_batches > 0:
+            self._prefetcher = BatchPrefetcher(
+                lambda: self.buffers.sample(self.batch_size),
+                depth=self.prefetch_batches,
+                pin=self.pin_memory,  # pinned on the thread, off the critical path
+            )
+        # pinned by the DataLoader on the learner's thread only when nothing prefetches
+        pin = self.pin_memory and self._prefetcher is None
+        return DataLoader(_TrainStream(self), batch_size=None, num_workers=0, pin_memory=pin)
+
+    def close_prefetcher(self) -> None:
+        if self._prefetcher is not None:
+            self._prefetcher.close()
+            self._prefetcher = None
+
+    def teardown(self, stage: str) -> None:
+        self.close_prefetcher()
 
     def val_dataloader(self) -> DataLoader:
         return DataLoader(_TestStream(self, self.val_batches), batch_size=None, num_workers=0)

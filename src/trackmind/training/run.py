@@ -138,6 +138,8 @@ def build_data(
         on_best_race=on_best_race,
         # page-locked batches: Lightning's non_blocking copy to the GPU is then asynchronous
         pin_memory=cfg["trainer"]["accelerator"] in ("gpu", "cuda") and torch.cuda.is_available(),
+        # the next batches sampled on a thread while the learner's step runs
+        prefetch_batches=int(cfg["trainer"].get("prefetch_batches", 0)),
     )
 
 

@@ -31,6 +31,7 @@ class TrainerConfig:
     limit_val_batches: int = 4
     log_every_n_steps: int = 25
     torch_threads: int = 2
+    prefetch_batches: int = 0  # batches sampled ahead on a thread (a GPU learner)
     progress_bar: bool = True
 
     def __post_init__(self) -> None:
@@ -49,6 +50,11 @@ class TrainerConfig:
             self.torch_threads >= 1,
             "trainer.torch_threads",
             f"must be an integer >= 1, got {self.torch_threads!r}",
+        )
+        require(
+            self.prefetch_batches >= 0,
+            "trainer.prefetch_batches",
+            f"must be an integer >= 0, got {self.prefetch_batches!r}",
         )
 
 

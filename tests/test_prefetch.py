@@ -1,0 +1,131 @@
+"""BatchPrefetcher: batches in order, sampled ahead on a thread, errors on the learner's
+thread; real ReplayBuffers sampled by the thread while races arrive on the main one."""
+
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+import trackmind.replay.prefetch as prefetch
+from trackmind.replay.buffers import make_buffers
+from trackmind.replay.prefetch import BatchPrefetcher
+from trackmind.training.datamodule import ReplayDataModule
+from trackmind.training.shared import make_shared
+
+
+class Counter:
+    """sample(): batch i holds i; records the thread that made it."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.threads: set[str] = set()
+        self.lock = threading.Lock()
+
+    def __call__(self) -> dict[str, torch.Tensor]:
+        with self.lock:
+            i = self.calls
+            self.calls += 1
+        self.threads.add(threading.current_thread().name)
+        return {"i": torch.tensor([i])}
+
+
+def test_batches_come_in_order_and_depth_ahead_on_a_worker_thread():
+    sample = Counter()
+    with BatchPrefetcher(sample, depth=2) as p:
+        got = [int(p.take()["i"]) for _ in range(5)]
+        # five taken, two more in flight: seven sampled once the thread is done
+        for f in list(p._pending):
+            f.result()
+        assert sample.calls == 7
+    assert got == [0, 1, 2, 3, 4]
+    assert sample.threads and all(n.startswith("trackmind-prefetch") for n in sample.threads)
+
+
+def test_a_sampling_error_is_raised_by_take():
+    def broken():
+        raise ValueError("no transitions")
+
+    with BatchPrefetcher(broken) as p, pytest.raises(ValueError, match="no transitions"):
+        p.take()
+
+
+def test_close_stops_the_thread_and_take_is_refused():
+    p = BatchPrefetcher(Counter(), depth=1)
+    p.take()
+    p.close()
+    assert not any(t.name.startswith("trackmind-prefetch") for t in threading.enumerate())
+    with pytest.raises(RuntimeError, match="closed"):
+        p.take()
+    with pytest.raises(ValueError, match="depth"):
+        BatchPrefetcher(Counter(), depth=0)
+
+
+def test_pin_pins_each_batch_on_the_thread(monkeypatch):
+    seen = []
+
+    def fake_pin(batch):
+        seen.append(threading.current_thread().name)
+        return {k: v + 100 for k, v in batch.items()}
+
+    monkeypatch.setattr(prefetch, "pinned", fake_pin)
+    with BatchPrefetcher(Counter(), pin=True) as p:
+        assert int(p.take()["i"]) == 100
+    assert seen and seen[0].startswith("trackmind-prefetch")
+
+
+def _race(rng: np.random.Generator, t: int, float_dim: int = 3) -> dict:
+    return {
+        "frames": (),
+        "state_float": rng.standard_normal((t + 1, float_dim), dtype=np.float32),
+        "actions": rng.integers(0, 4, t),
+        "action_was_greedy": np.ones(t, bool),
+        "rewards": rng.standard_normal(t),
+        "potentials": {},
+        "finished": True,
+    }
+
+
+def test_replay_buffers_sampled_on_the_thread_while_races_arrive():
+    """Races added, capacity grown and priorities updated on this thread while the prefetch
+    thread samples: every batch is whole (the buffers' lock), none is lost."""
+    rng = np.random.default_rng(0)
+    cfg = {
+        "capacity_schedule": [[0, 600], [1000, 3000]],
+        "learning_starts": 1,
+        "prioritized": True,
+    }
+    rb = make_buffers(cfg, None, 3)
+    rb.add_rollout(_race(rng, 200), 0.99)
+    with BatchPrefetcher(lambda: rb.sample(64), depth=2) as p:
+        for step in range(60):
+            batch = p.take()
+            assert batch["action"].shape == (64,)
+            assert torch.isfinite(batch["state_float"]).all()
+            rb.update_priorities(batch["indices"], torch.rand(64))
+            rb.add_rollout(_race(rng, 50), 0.99)
+            rb.update_capacity(step * 40)
+    assert len(rb) > 600  # grew to the schedule's second capacity while sampled
+
+
+def test_the_datamodule_takes_prefetched_batches_and_closes_the_thread():
+    rng = np.random.default_rng(1)
+    shared = make_shared(torch.nn.Linear(2, 2))
+    rb = make_buffers({"learning_starts": 10}, None, 3)
+    rb.add_rollout(_race(rng, 100), 0.99)
+    dm = ReplayDataModule(rb, shared, 16, 1000.0, gamma=lambda: 1.0, prefetch_batches=1)
+    loader = dm.train_dataloader()
+    assert not loader.pin_memory and dm._prefetcher is not None
+    assert dm.next_batch()["action"].shape == (16,)  # the start's one batch of credit
+    rb.add_rollout(_race(rng, 100), 0.99)  # new data (counted as _add_race counts a race):
+    dm.transitions_added += 100  # the replay ratio allows more
+    for _ in range(2):
+        assert dm.next_batch()["action"].shape == (16,)
+    assert dm.samples_served == 48
+    dm.teardown("fit")
+    assert dm._prefetcher is None
+    assert not any(t.name.startswith("trackmind-prefetch") for t in threading.enumerate())
+    # no prefetch: sampled on the learner's thread
+    plain = ReplayDataModule(rb, shared, 16, 1000.0, gamma=lambda: 1.0)
+    plain.train_dataloader()
+    assert plain._prefetcher is None and plain.next_batch()["action"].shape == (16,)
