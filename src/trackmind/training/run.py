@@ -157,9 +157,24 @@ class RestartLog:
         )
 
 
+def cpu_has_native_bf16() -> bool:
+    """Does this CPU run bf16 matmuls in hardware (AVX512-BF16, AMX)? Else they are emulated."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
 def make_trainer(tcfg: dict, logger: Any, callbacks: list, output_dir: Path) -> L.Trainer:
     """The Lightning Trainer from the `trainer` group (checked by plan_run)."""
     max_time = tcfg.get("max_time_s")
+    bf16_cpu = str(tcfg["precision"]).startswith("bf16") and tcfg["accelerator"] == "cpu"
+    if bf16_cpu and not cpu_has_native_bf16():
+        log.warning(
+            "trainer.precision=%s: this CPU has no bf16 instructions, so the learner will be "
+            "slower than with 32-true",
+            tcfg["precision"],
+        )
     return L.Trainer(
         accelerator=tcfg["accelerator"],
         devices=tcfg["devices"],
