@@ -282,9 +282,8 @@ class IQNLightningModule(L.LightningModule):
             and (self.global_step + 1) % int(self.cfg.publish_every_batches) == 0
         ):
             self.publish(self.acting)
-        if not self._logs_this_step():
-            self.last_stats = {**self.last_stats, "train/loss": float(loss.detach())}
-            return loss.detach()
+        if not self._logs_this_step():  # last_stats (the progress bar) keeps the last written
+            return loss.detach()  # step's: no device sync for a figure nobody reads
         q = z.detach().mean(dim=1)
         top2 = q.topk(2, dim=1).values if q.shape[1] > 1 else torch.cat([q, q], dim=1)
         stats = {
