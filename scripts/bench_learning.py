@@ -26,11 +26,17 @@ Single runs of a long map scatter widely between seeds, so a lever is ranked on 
 `--seeds` runs each map once per seed (`seed=<s>`; the config's own seed adds no override,
 so it is the defaults' row), and README gets a second table, the medians over the seeds of
 every row measured with more than one.
+
+A third table gives each run's learning curve: the share of greedy races finished in each
+tenth of the budget (3-minute windows at 30 minutes), which shows whether a run was still
+climbing when it stopped and how far it swings between windows. Rows saved before curves
+existed get theirs from MLflow when the run is still in the tracking store.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -51,6 +57,7 @@ BEGIN, END = "<!-- bench-learning:begin -->", "<!-- bench-learning:end -->"
 TARGETS = {"first_finish_min": 5.0, "finish_rate": 0.90, "median_ratio": 1.15}
 CYCLE_FINISH_RATE = 0.80  # a map's target inside a cycle of maps (60 minutes for the six)
 START_SHARE = 0.05  # a greedy race that ended within the first 5% of the map stalled at the start
+CURVE_WINDOWS = 10  # the learning curve's windows: tenths of the budget
 
 
 def window_s(minutes: float) -> float:
@@ -83,7 +90,22 @@ def summarise(history: list[dict], reference_ms: float, minutes: float, end_s: f
         "best_ratio": None if best is None else best / reference_ms,
         "lost_median_progress": statistics.median(lost) if lost else None,
         "lost_at_start": sum(p < START_SHARE for p in lost) / len(late) if lost else None,
+        "curve": finish_curve(history, minutes),
     }
+
+
+def finish_curve(
+    history: list[dict], minutes: float, windows: int = CURVE_WINDOWS
+) -> list[float | None]:
+    """Share of greedy races finished in each of `windows` equal parts of the budget (None
+    where no greedy race ended); a race ending after the budget counts in the last part."""
+    span = 60.0 * minutes / windows
+    done, seen = [0] * windows, [0] * windows
+    for h in history:
+        i = min(int(h["wall_s"] // span), windows - 1)
+        seen[i] += 1
+        done[i] += h["time_ms"] is not None
+    return [d / n if n else None for d, n in zip(done, seen)]
 
 
 def without_seed(overrides: str) -> str:
@@ -183,17 +205,43 @@ def run_training(option: str, minutes: float, extra: list[str], out_dir: Path) -
 
 def read_run(out_dir: Path, tracking_uri: str) -> tuple[str, list[dict]]:
     """(MLflow run id, greedy race history) of a finished run, read back from MLflow."""
-    from mlflow.tracking import MlflowClient
-
     local = json.loads((out_dir / "summary.json").read_text())
     run_id = local.get("mlflow_run_id")
     if not run_id:
         raise SystemExit(f"error: {out_dir}: the run has no MLflow record (logger=mlflow needed)")
-    client = MlflowClient(tracking_uri=tracking_uri)
+    return run_id, greedy_history(run_id, tracking_uri)
+
+
+@functools.lru_cache(maxsize=4)
+def _client(tracking_uri: str):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=tracking_uri)
+
+
+def greedy_history(run_id: str, tracking_uri: str) -> list[dict]:
+    """Every greedy race of an MLflow run (its summary.json artifact)."""
     with tempfile.TemporaryDirectory() as tmp:
-        path = client.download_artifacts(run_id, "summary.json", tmp)
-        summary = json.loads(Path(path).read_text())
-    return run_id, summary["greedy_races"]
+        path = _client(tracking_uri).download_artifacts(run_id, "summary.json", tmp)
+        return json.loads(Path(path).read_text())["greedy_races"]
+
+
+def add_missing_curves(saved: dict[str, list[dict]], tracking_uri: str) -> bool:
+    """Give rows saved before curves existed theirs, from their MLflow run where it is still
+    there (else None, so it is not asked again); True when a row changed."""
+    changed = False
+    for rows in saved.values():
+        for r in rows:
+            if "curve" in r:
+                continue
+            try:
+                history = greedy_history(r["run_id"], tracking_uri)
+            except Exception:  # the run is gone from this tracking store
+                history = None
+            mine = None if history is None else [h for h in history if h["map"] == r["map"]]
+            r["curve"] = None if mine is None else finish_curve(mine, r["minutes"])
+            changed = True
+    return changed
 
 
 def lost_end(row: dict) -> str:
@@ -226,6 +274,23 @@ def table(rows: list[dict]) -> str:
             f"| {lost_end(r)} | {num(r['best_ratio'], '.3f')} | {r['greedy_races']} "
             f"| {'yes' if meets(r) else 'no'} | `{r['run_id'][:8]}` |"
         )
+    return "\n".join(lines)
+
+
+def curves_table(rows: list[dict]) -> str:
+    """Each row's learning curve: % of greedy races finished per tenth of the budget."""
+    lines = [
+        "| map | budget | finished in each tenth of the budget, % | MLflow run |",
+        "|---|---|---|---|",
+    ]
+    for r in rows:
+        if not r.get("curve"):
+            continue
+        name = r["map"] if r["option"] == r["map"] else f"{r['map']} ({r['option']})"
+        if r.get("overrides"):
+            name += f" `{r['overrides']}`"
+        cells = " ".join("-" if c is None else f"{100 * c:.0f}" for c in r["curve"])
+        lines.append(f"| {name} | {r['minutes']:g} min | {cells} | `{r['run_id'][:8]}` |")
     return "\n".join(lines)
 
 
@@ -274,6 +339,11 @@ def write_readme(readme: Path, rows: list[dict], command: str) -> None:
         if groups
         else ""
     )
+    if any(r.get("curve") for r in rows):
+        across += (
+            "\n\nHow each run learned (from its MLflow record; older runs no longer in the "
+            f"tracking store have no curve):\n\n{curves_table(rows)}"
+        )
     block = (
         f"{BEGIN}\n`{command}` ({', '.join(dates)}; {'; '.join(machines)}; one run at a time, "
         "nothing else running; rates over the last 10 minutes, the last third of shorter "
@@ -357,6 +427,8 @@ def main(argv: list[str] | None = None) -> int:
         print(table(rows))
     wanted = [f"{o}|{args.minutes:g}|{' '.join(e)}" for o, e in runs]
     print(table([r for k in wanted for r in saved.get(k, [])]))
+    if not args.no_readme and add_missing_curves(saved, args.tracking_uri):
+        results_path.write_text(json.dumps(saved, indent=1))
     rows = ordered_rows(saved)
     if not args.no_readme and rows:
         command = "python scripts/bench_learning.py --minutes <m> --maps <option> [-- <overrides>]"

@@ -135,6 +135,26 @@ def test_bench_learning_rows_by_hand():
     assert tuned.startswith("| hairpins `buffer.lost_ends=[stuck]` | 30 min |")
 
 
+def test_bench_learning_curve_by_hand():
+    """finish_curve: the share finished per tenth of the budget, late races in the last."""
+    bench = load_script("bench_learning")
+    history = [
+        {"wall_s": 10.0, "time_ms": None},  # 30 min: tenths of 180 s
+        {"wall_s": 200.0, "time_ms": None},
+        {"wall_s": 250.0, "time_ms": 70_000.0},
+        {"wall_s": 1700.0, "time_ms": 68_000.0},
+        {"wall_s": 1808.0, "time_ms": None},  # ended after the budget: the last tenth
+    ]
+    curve = bench.finish_curve(history, minutes=30)
+    assert curve == [0.0, 0.5, None, None, None, None, None, None, None, 0.5]
+    assert bench.finish_curve(history, minutes=3, windows=2) == [0.0, 0.5]  # 90 s halves
+    assert bench.summarise(history, 60_000.0, 30, 1808.0)["curve"] == curve
+    row = {"map": "technical", "option": "technical", "minutes": 30, "overrides": "seed=1"}
+    lines = bench.curves_table([{**row, "curve": curve, "run_id": "0123456789"}]).splitlines()
+    assert lines[2] == "| technical `seed=1` | 30 min | 0 50 - - - - - - - 50 | `01234567` |"
+    assert len(bench.curves_table([{**row, "curve": None, "run_id": "x"}]).splitlines()) == 2
+
+
 def test_bench_learning_readme_lists_every_saved_row_defaults_first():
     bench = load_script("bench_learning")
     keys = [
