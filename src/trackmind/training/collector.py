@@ -26,9 +26,22 @@ from trackmind.queueing import CollectorError, CollectorStats, RaceFile, put_unt
 from trackmind.training.shared import CollectorLink, pull_weights, write_spool
 
 
-def _put(shared: CollectorLink, msg: dict) -> bool:
-    """Put a message, waiting while the learner is busy; False if asked to stop meanwhile."""
-    return put_until_stopped(shared.queue, msg, shared.stop)
+class _StopOrOrphaned:
+    """A collector's stop flag: set when asked to stop, or when its learner is gone. A learner
+    killed with kill -9 sets no flag and never drains the queue, so a collector waiting on a
+    full queue would otherwise wait forever."""
+
+    def __init__(self, shared: CollectorLink, parent: int) -> None:
+        self.shared, self.parent = shared, parent
+
+    def is_set(self) -> bool:
+        return _should_stop(self.shared, self.parent)
+
+
+def _put(shared: CollectorLink, msg: Any, parent: int) -> bool:
+    """Put a message, waiting while the learner is busy; False if asked to stop meanwhile
+    or if the learner (process `parent`) is gone."""
+    return put_until_stopped(shared.queue, msg, _StopOrOrphaned(shared, parent))
 
 
 def collector_process_fn(cfg: dict, idx: int, shared: CollectorLink, seed: int) -> None:
@@ -38,7 +51,7 @@ def collector_process_fn(cfg: dict, idx: int, shared: CollectorLink, seed: int) 
     try:
         _run(cfg, idx, shared, seed, parent)
     except Exception:
-        _put(shared, CollectorError(idx, traceback.format_exc()))
+        _put(shared, CollectorError(idx, traceback.format_exc()), parent)
         raise
 
 
@@ -98,13 +111,13 @@ def _run(cfg: dict, idx: int, shared: CollectorLink, seed: int, parent: int) -> 
             shared.frames.value += len(r["actions"])
         with gim.monitor.stage("queue"):
             path = write_spool(shared, pack_rollout(r), seq)
-            if not _put(shared, RaceFile(path)):
+            if not _put(shared, RaceFile(path), parent):
                 break
         weights.refresh()  # a race starts on the newest weights
         if time.monotonic() - last_stats > 5.0:
             last_stats = time.monotonic()
             stats = gim.monitor.summary()
-            _put(shared, CollectorStats(idx, stats))
+            _put(shared, CollectorStats(idx, stats), parent)
     race.close()
     if os.getppid() != parent:  # the learner died (kill -9): nobody else will clear the spool
         shutil.rmtree(shared.spool_dir, ignore_errors=True)

@@ -1,0 +1,32 @@
+"""A collector whose learner was killed (kill -9) gives up a put on its full queue."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+
+from trackmind.training import collector
+from trackmind.training.shared import make_shared
+
+
+class _Net(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(1))
+
+
+def test_put_on_a_full_queue_ends_when_the_learner_is_gone():
+    shared = make_shared(_Net(), queue_size=1)
+    try:
+        link = shared.link(0)
+        assert collector._put(link, "first", os.getppid())  # room for one message
+        started = time.monotonic()
+        # the queue is full and nobody reads it; our parent is alive: waits while not stopped
+        assert not collector._put(link, "gone", parent=-1)  # a learner that no longer exists
+        assert time.monotonic() - started < 2.0
+        shared.stop.set()
+        assert not collector._put(link, "stopped", os.getppid())
+    finally:
+        shared.cleanup()
