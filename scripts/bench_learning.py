@@ -251,6 +251,12 @@ def lost_end(row: dict) -> str:
     return f"{row['lost_median_progress']:.0%} of the map, {row['lost_at_start']:.0%} of races"
 
 
+def row_name(r: dict) -> str:
+    """A row's map, its cycle option when it was raced in one, and its overrides."""
+    name = r["map"] if r["option"] == r["map"] else f"{r['map']} ({r['option']})"
+    return f"{name} `{r['overrides']}`" if r.get("overrides") else name
+
+
 def table(rows: list[dict]) -> str:
     def num(v, fmt):
         return "-" if v is None else format(v, fmt)
@@ -262,9 +268,7 @@ def table(rows: list[dict]) -> str:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        name = r["map"] if r["option"] == r["map"] else f"{r['map']} ({r['option']})"
-        if r.get("overrides"):
-            name += f" `{r['overrides']}`"
+        name = row_name(r)
         ff = r["first_finish_min"]
         first = "never" if ff is None else f"{ff:.1f} min"
         lines.append(
@@ -286,9 +290,7 @@ def curves_table(rows: list[dict]) -> str:
     for r in rows:
         if not r.get("curve"):
             continue
-        name = r["map"] if r["option"] == r["map"] else f"{r['map']} ({r['option']})"
-        if r.get("overrides"):
-            name += f" `{r['overrides']}`"
+        name = row_name(r)
         cells = " ".join("-" if c is None else f"{100 * c:.0f}" for c in r["curve"])
         lines.append(f"| {name} | {r['minutes']:g} min | {cells} | `{r['run_id'][:8]}` |")
     return "\n".join(lines)
@@ -301,9 +303,7 @@ def seeds_table(groups: list[dict]) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for g in groups:
-        name = g["map"] if g["option"] == g["map"] else f"{g['map']} ({g['option']})"
-        if g["overrides"]:
-            name += f" `{g['overrides']}`"
+        name = row_name(g)
         lo, hi = g["finish_rate_range"]
         ratio = "-" if g["median_ratio"] is None else f"{g['median_ratio']:.3f}"
         lines.append(

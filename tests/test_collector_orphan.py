@@ -23,7 +23,7 @@ def test_put_on_a_full_queue_ends_when_the_learner_is_gone():
         link = shared.link(0)
         assert collector._put(link, "first", os.getppid())  # room for one message
         started = time.monotonic()
-        # the queue is full and nobody reads it; our parent is alive: waits while not stopped
+        # the queue is full and nobody reads it: the put ends when the learner is gone
         assert not collector._put(link, "gone", parent=-1)  # a learner that no longer exists
         assert time.monotonic() - started < 2.0
         shared.stop.set()
