@@ -346,9 +346,7 @@ def test_fleet_streams_races_and_drops_stale_ones(local_ray):
         dm.drain()
         added, frames = dm.transitions_added, shared.frames.value
         dropped = pool.receiver.stale_dropped
-        assert _pump(
-            pool, dm, lambda: pool.receiver.stale_dropped >= dropped + 3, 30, check=False
-        )
+        assert _pump(pool, dm, lambda: pool.receiver.stale_dropped >= dropped + 3, 30, check=False)
         assert dm.transitions_added == added  # nothing stale reached the buffers
         assert shared.frames.value > frames  # though its frames were counted
         # publishing the new version brings fresh races back; the races the workers had
