@@ -301,22 +301,27 @@ def test_float_only_buffers_store_no_frames():
 
 def test_lost_races_are_stored_with_their_end_and_rate():
     # buffer.lost_ends names the cuts that lose a race: its transitions keep T - t and the
-    # race's last reward rate; the default bootstraps every cut race (inf, rate 0)
+    # race's last reward rate; Linesight's rule ([]) bootstraps every cut race (inf, rate 0)
     race = dict(rollout(50), end=["no_progress"], rewards=[1.0] * 40 + [-0.5] * 10)
     lost = make_buffers(small_config(lost_ends=["no_progress"], test_fraction=0.0), (1, 2, 2), 2)
     lost.add_rollout(race, gamma=1.0)
     rec = lost.buffer.live_records()
     np.testing.assert_array_equal(rec["terminal_actions"].numpy(), np.arange(50, 0, -1))
     np.testing.assert_allclose(rec["end_rate"].numpy(), -0.5)
-    plain = make_buffers(small_config(test_fraction=0.0), (1, 2, 2), 2)
+    plain = make_buffers(small_config(lost_ends=[], test_fraction=0.0), (1, 2, 2), 2)
     plain.add_rollout(race, gamma=1.0)
     rec = plain.buffer.live_records()
     assert torch.isinf(rec["terminal_actions"]).all() and (rec["end_rate"] == 0).all()
     # a saved buffer from before end_rate existed loads with rate 0
     state = plain.state_dict()
     del state["buffer"]["records"]["end_rate"]
-    again = make_buffers(small_config(test_fraction=0.0), (1, 2, 2), 2)
+    again = make_buffers(small_config(lost_ends=[], test_fraction=0.0), (1, 2, 2), 2)
     again.load_state_dict(state)
     assert (again.buffer.live_records()["end_rate"] == 0).all()
     with pytest.raises(ConfigError):
         make_buffers(small_config(lost_ends="stuck"), (1, 2, 2), 2)
+    # the default closes the races cut for making no progress (measured: README)
+    default = make_buffers(small_config(test_fraction=0.0), (1, 2, 2), 2)
+    default.add_rollout(race, gamma=1.0)
+    rec = default.buffer.live_records()
+    np.testing.assert_array_equal(rec["terminal_actions"].numpy(), np.arange(50, 0, -1))
