@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 # optional features the tests and the README commands use (pyproject.toml extras)
 EXTRAS ?= dev,ray,sweep
 
-.PHONY: install test test-slow test-min-deps train drive mlflow-ui mlflow-screenshot bench bench-learner bench-learning lint format clean
+.PHONY: install test test-slow test-min-deps train drive mlflow-ui mlflow-screenshot bench bench-learner bench-learning gpu-check lint format clean
 
 install: $(STAMP)
 
@@ -59,6 +59,11 @@ bench: $(STAMP)
 
 bench-learner: $(STAMP)
 	$(PY) scripts/bench_learner.py
+
+# on a CUDA machine, ~6 min: learner rows, collection capacity and a 3-minute
+# experiment=linesight_gpu run in one table (scripts/gpu_check.py; without CUDA: one line)
+gpu-check: $(STAMP)
+	$(PY) scripts/gpu_check.py $(ARGS)
 
 # hours of training: one run per map (MINUTES each, default 30), resumable, table into README
 MINUTES ?= 30

@@ -29,12 +29,20 @@ compilation buys over the bare eager computation. The table names the device.
 BatchPrefetcher (trainer.prefetch_batches), which samples the next batches on a thread while
 the step runs (pinned for a GPU); the collate share is then the time the step waited for a
 prepared batch, what sampling leaves on the critical path.
+
+`--cuda-graph 0 1` adds rows where our update (IQNLightningModule.device_update:
+forwards, loss, backward, clipping and a capturable RAdam step) is captured once as a CUDA
+graph and replayed (learner.cuda_graph); `--frames host device` stores the buffer's frames in
+host memory or on the GPU (buffer.frames_on, GPU rows only), where the batch's frame gather is
+an index_select on the device. On a CPU a graph row runs the same update eagerly (a dry run).
+`--json PATH` writes the rows.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import json
 import math
 import os
 import platform
@@ -53,7 +61,8 @@ from trackmind.agent.network_config import NetworkConfig, build_network, network
 from trackmind.cli import OneLineParser, int_at_least, positive_float
 from trackmind.replay.buffers import ReplayBuffers, make_buffers
 from trackmind.replay.prefetch import BatchPrefetcher
-from trackmind.training.module import IQNLightningModule, schedule_from
+from trackmind.training.captured_step import CapturedStep
+from trackmind.training.module import GRAPH_INPUTS, IQNLightningModule, schedule_from
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 PRESETS = ("iqn_cpu", "iqn_floats", "iqn_linesight")
@@ -177,6 +186,7 @@ class Ours:
         stepper: Stepper,
         batch: int,
         prefetch: int = 0,
+        graph: bool = False,
     ) -> None:
         self.rb, self.module, self.stepper, self.batch = rb, module, stepper, batch
         self.sample_s = 0.0
@@ -184,6 +194,10 @@ class Ours:
         if prefetch > 0:
             pin = stepper.device.type == "cuda"
             self.prefetcher = BatchPrefetcher(lambda: rb.sample(batch), prefetch, pin=pin)
+        self.captured = None
+        if graph:  # the learner's update as one CUDA graph (learner.cuda_graph)
+            module._raw_optimizer = stepper.opt
+            self.captured = CapturedStep(module.device_update, GRAPH_INPUTS, 3, stepper.dtype)
 
     def step(self) -> None:
         t0 = time.perf_counter()
@@ -194,6 +208,9 @@ class Ours:
         self.sample_s += time.perf_counter() - t0
         dev = self.stepper.device
         batch = {k: v.to(dev, non_blocking=True) for k, v in batch.items()}
+        if self.captured is not None:
+            self.captured(batch)
+            return
         with self.stepper.autocast():
             loss, _, _ = self.module.compute_loss(batch)
         self.stepper.update(loss)
@@ -243,11 +260,14 @@ class Reference:
 # ---- setup and timing ----------------------------------------------------------------------
 
 
-def fill_buffers(nc: NetworkConfig, transitions: int, gamma: float, seed: int = 0):
-    """ReplayBuffers of ``transitions`` slots filled with synthetic races of 500 actions."""
+def fill_buffers(
+    nc: NetworkConfig, transitions: int, gamma: float, seed: int = 0, device: str = "cpu"
+):
+    """ReplayBuffers of ``transitions`` slots filled with synthetic races of 500 actions,
+    their frames stored on ``device``."""
     shape = nc.image_shape
     cfg = {"capacity_schedule": [[0, transitions]], "learning_starts": 1}
-    rb = make_buffers(cfg, shape, FLOAT_DIM, seed=seed)
+    rb = make_buffers(cfg, shape, FLOAT_DIM, seed=seed, device=device)
     rng = np.random.default_rng(seed)
     added = 0
     while added < transitions:
@@ -283,30 +303,36 @@ def time_steps(runner, steps: int, device) -> tuple[float, float]:
 
 
 def bench_preset(name: str, devices: list[str], args, learner: dict) -> list[dict]:
-    """Rows for one preset: one buffer, then ours and the reference on each device."""
+    """Rows for one preset: a buffer per frame location, then ours and the reference on
+    each device."""
     raw = load_group("network", name)
     frame = None if raw["image_shape"] is None else tuple(raw["image_shape"][1:])
     nc = network_config(raw, FLOAT_DIM, frame)
     transitions = args.transitions or default_transitions(nc, args.quick)
-    rb = fill_buffers(nc, transitions, gamma=schedule_from(learner["gamma"], "gamma")(0))
+    gamma = schedule_from(learner["gamma"], "gamma")(0)
+    buffers: dict[str, ReplayBuffers] = {}
+
+    def buffer_on(device: str) -> ReplayBuffers:
+        if device not in buffers:
+            buffers[device] = fill_buffers(nc, transitions, gamma, device=device)
+        return buffers[device]
+
     rows = []
-    combos = [
-        (torch.device(d), p, c, q)
-        for d in devices
-        for p in precisions(args, d)
-        for c in args.compile
-        for q in args.prefetch
-    ]
-    for device, precision, mode, prefetch in combos:
+    for device, precision, mode, prefetch, graph, frames in combos(devices, args):
         # every combination compiles anew: dynamo's per-function cache (8 entries) would
         # otherwise fill up over the rows and run the later "compiled" ones eagerly
         torch.compiler.reset()
+        if graph and precision == "fp16":
+            print(f"{name}: no CUDA graph row in fp16 (loss scaling syncs the host)")
+            continue
+        rb = buffer_on(device.type if frames == "device" else "cpu")
         net = build_network(nc, FLOAT_DIM, frame).to(device)
-        compiled = {**learner, "compile": mode}  # learner.compile, as a training run sets it
+        # learner.compile and learner.cuda_graph, as a training run sets them
+        compiled = {**learner, "compile": mode, "cuda_graph": graph}
         module = IQNLightningModule(net, compiled, nc.n_quantiles_train, nc.n_quantiles_target)
         module.to(device)
         stepper = Stepper(module.configure_optimizers(), learner, device, precision)
-        ours = Ours(rb, module, stepper, args.batch, prefetch)
+        ours = Ours(rb, module, stepper, args.batch, prefetch, graph)
         ref = Reference(nc, learner, device, args.batch, precision)
         n_ours = sum(p.numel() for p in module.online_network.parameters())
         n_ref = sum(p.numel() for p in ref.online.parameters())
@@ -321,6 +347,9 @@ def bench_preset(name: str, devices: list[str], args, learner: dict) -> list[dic
                 "precision": precision,
                 "compile": mode,
                 "prefetch": prefetch,
+                "graph": graph,
+                "frames": frames,
+                "batch": args.batch,
                 "ours": args.batch / statistics.median(ours_s),
                 "ref": args.batch / statistics.median(ref_s),
                 "share": statistics.median(shares),
@@ -331,11 +360,29 @@ def bench_preset(name: str, devices: list[str], args, learner: dict) -> list[dic
             }
         )
         print(
-            f"{name} on {device.type}, {precision}, compile {mode}, prefetch {prefetch}: "
-            f"{rows[-1]['ours']:,.0f} samples/s",
+            f"{name} on {device.type}, {precision}, compile {mode}, prefetch {prefetch}, "
+            f"graph {int(graph)}, frames on {frames}: {rows[-1]['ours']:,.0f} samples/s "
+            f"({rows[-1]['ours'] / args.batch:,.1f} batches/s)",
             flush=True,
         )
+        del ours, ref, module, net, stepper
     return rows
+
+
+def combos(devices: list[str], args) -> list[tuple]:
+    """(device, precision, compile, prefetch, graph, frames) of each row. Frames on the
+    device are GPU rows only; a CPU "graph" row runs the update it would capture, eagerly (a
+    dry run of the GPU rows)."""
+    out = []
+    for d in devices:
+        gpu = d == "cuda"
+        for p in precisions(args, d):
+            for c in args.compile:
+                for q in args.prefetch:
+                    for g in args.cuda_graph:  # on a CPU: the same update, eager
+                        for f in args.frames if gpu else ["host"]:
+                            out.append((torch.device(d), p, c, q, bool(g), f))
+    return out
 
 
 def precisions(args, device: str) -> list[str]:
@@ -377,14 +424,15 @@ def print_table(rows: list[dict], args) -> None:
     )
     print(f"devices: {device_names(sorted({r['device'] for r in rows}))}")
     print(
-        "| preset | device | precision | compile | prefetch | ours samples/s | batches/s "
-        "| eager ref samples/s | ratio | collate share | bytes/transition | x frame |"
+        "| preset | device | precision | compile | graph | frames | prefetch | ours samples/s "
+        "| batches/s | eager ref samples/s | ratio | collate share | bytes/transition | x frame |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         frame = f"{r['bytes'] / r['frame_bytes']:.2f}" if r["frame_bytes"] else "no frame"
         print(
             f"| {r['preset']} | {r['device']} | {r['precision']} | {r['compile']} "
+            f"| {'yes' if r['graph'] else 'no'} | {r['frames']} "
             f"| {r['prefetch']} | {r['ours']:,.0f} | {r['ours'] / args.batch:,.1f} "
             f"| {r['ref']:,.0f} "
             f"| {r['ours'] / r['ref']:.2f} | {100 * r['share']:.1f}% | {r['bytes']:,.0f} "
@@ -496,6 +544,22 @@ def main(argv: list[str] | None = None) -> int:
         default=[0],
         help="batches sampled ahead on a thread, a row each (0: in the step)",
     )
+    ap.add_argument(
+        "--cuda-graph",
+        nargs="+",
+        type=int,
+        choices=(0, 1),
+        default=[0],
+        help="GPU rows: 1 captures our update as one CUDA graph (learner.cuda_graph), a row each",
+    )
+    ap.add_argument(
+        "--frames",
+        nargs="+",
+        choices=("host", "device"),
+        default=["host"],
+        help="GPU rows: the buffer's frames in host memory or on the GPU, a row each",
+    )
+    ap.add_argument("--json", type=Path, help="also write the rows to this JSON file")
     ap.add_argument("--amp", action="store_true", help="fp16 autocast on the GPU, fp32 on the CPU")
     args = ap.parse_args(argv)
     if args.amp and args.precision:
@@ -507,10 +571,16 @@ def main(argv: list[str] | None = None) -> int:
     if "cuda" in devices and not torch.cuda.is_available():
         ap.error("--devices cuda: CUDA is not available")
     torch.set_num_threads(args.threads)
+    if "cuda" in devices:  # as a GPU training run sets them (training/run.py)
+        torch.backends.cudnn.benchmark = True
+        torch.set_float32_matmul_precision("high")
     learner = load_group("learner", "iqn")
     rows = [row for name in args.presets for row in bench_preset(name, devices, args, learner)]
     print_table(rows, args)
     print_budgets(rows)
+    if args.json:
+        names = device_names(sorted({r["device"] for r in rows}))
+        args.json.write_text(json.dumps({"devices": names, "rows": rows}, indent=1))
     return 0
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,6 +37,7 @@ TRAIN = [  # (id, argv, what the line must name)
     ("frame-shape", ["env.frame_shape=[4,4]"], "env.frame_shape"),
     ("reward-weight", ["reward.terms.progress.weight=abc"], "reward.terms.progress"),
     ("processes", ["collector.processes=0"], "collector.processes"),
+    ("collector-device", ["collector.device=tpu"], "collector.device: must be one of"),
     ("map-file-missing", ["map.cycle=[{map: maps/missing.csv}]"], "missing.csv: map file not"),
     ("csv-columns", ["map.cycle=[{map: maps/bad_columns.csv}]"], "bad_columns.csv: line 3"),
     ("csv-nan", ["map.cycle=[{map: maps/nan.csv}]"], "nan.csv: line 3: NaN"),
@@ -63,6 +65,9 @@ SCRIPTS = [  # (id, script, argv, what the line must name)
     ("bench-learner-preset", "bench_learner", ["--presets", "nope"], "--presets"),
     ("bench-env-batches", "bench_env", ["--batches", "0"], "--batches"),
     ("bench-collectors-repeats", "bench_collectors", ["--repeats", "0"], "--repeats"),
+    ("bench-collectors-backends", "bench_collectors", ["--backends", "slurm"], "--backends"),
+    ("bench-collectors-device", "bench_collectors", ["--backends", "local",
+                                                     "collector.device=tpu"], "collector.device"),
     ("make-circuit-length", "make_circuit", ["--length", "-5"], "--length"),
     ("map-from-run-shape", "make_map_from_run", ["maps/run.npy", "--name", "x", "--challenge",
                                                  "x.Challenge.Gbx", "--reference-time", "55.1"],
@@ -81,6 +86,8 @@ SCRIPTS = [  # (id, script, argv, what the line must name)
     ("min-deps-flag", "min_deps", ["--dev"], "unrecognized arguments: --dev"),
     ("sb3-map", "train_sb3", ["--map", "nope", "--minutes", "1"], "unknown map name 'nope'"),
 ]  # fmt: skip
+if not torch.cuda.is_available():  # a CPU machine: asking for the GPU is a config error
+    TRAIN.append(("collector-device-cuda", ["collector.device=cuda"], "collector.device: cuda"))
 CASES = [(f"train-{i}", "train", argv, want) for i, argv, want in TRAIN] + SCRIPTS
 
 

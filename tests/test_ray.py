@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import psutil
@@ -191,6 +192,49 @@ def test_bad_ray_config_is_refused_naming_the_key(overrides, key, words):
     with pytest.raises(ConfigError) as e:
         _plan(*overrides)
     assert str(e.value).startswith(key + ":") and words in str(e.value)
+
+
+def test_gpu_share_reaches_the_worker_actor_options(monkeypatch):
+    """collector.gpus_per_worker becomes the wrapper actors' num_gpus (no GPU needed: the
+    manager's spawn is run on its plain class, the actor class replaced by a recorder)."""
+    from trackmind.distributed import manager
+
+    plan = _plan(
+        "collector=ray",
+        "collector.address=auto",  # a cluster elsewhere: no GPU needed on this machine
+        "collector.device=cuda",
+        "collector.gpus_per_worker=0.25",
+        "collector.cpus_per_worker=2",
+    )
+    asked: list[dict] = []
+    actor = SimpleNamespace(run=SimpleNamespace(remote=str), pid=SimpleNamespace(remote=str))
+
+    class Recorder:  # RolloutWorkerWrapper.options(...).remote(...) -> an actor handle
+        @staticmethod
+        def options(**kw):
+            asked.append(kw)
+            return SimpleNamespace(remote=lambda *args: actor)
+
+    monkeypatch.setattr(manager, "RolloutWorkerWrapper", Recorder)
+    plain = manager.RolloutManager.__ray_metadata__.modified_class  # the class, not the actor
+    fleet = plain(plan.cfg, 2, 0, None, None, 0)
+    fleet._spawn(0)
+    fleet._spawn(1)
+    assert asked == [{"num_cpus": 2, "num_gpus": 0.25}] * 2
+    fleet0 = plain(_plan("collector=ray").cfg, 1, 0, None, None, 0)
+    fleet0._spawn(0)
+    assert asked[-1] == {"num_cpus": 1, "num_gpus": 0.0}  # the default: no GPU reserved
+
+
+def test_local_ray_offers_gpus_only_when_workers_reserve_them():
+    from trackmind.distributed.connect import init_kwargs
+
+    col = _plan("collector=ray").cfg["collector"]
+    assert init_kwargs(col)["num_gpus"] == 0
+    import torch
+
+    with_gpus = init_kwargs(dict(col, gpus_per_worker=0.5))["num_gpus"]
+    assert with_gpus == (torch.cuda.device_count() if torch.cuda.is_available() else 0)
 
 
 def test_unreachable_address_is_refused_at_once():

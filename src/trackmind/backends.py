@@ -39,6 +39,7 @@ COLLECTOR_POOLS: dict[str, Backend] = {
     "local": Backend(
         build="trackmind.training.pool:LocalCollectorPool",
         schema="trackmind.training.schema:CollectorConfig",
+        check="trackmind.training.schema:check_local_collector",
     ),
     "ray": Backend(
         build="trackmind.distributed.pool:RayCollectorPool",

@@ -27,6 +27,24 @@ from trackmind.agent.inference import InferenceNetwork, greedy_q, make_inference
 from trackmind.env.observations import FLOATS
 
 
+def cars_q_tensor(
+    net: InferenceNetwork,
+    img: torch.Tensor | None,
+    floats: torch.Tensor,
+    cars: np.ndarray,
+    k: int,
+    generator: torch.Generator | None = None,
+    midpoint: bool = False,
+    cvar: float = 1.0,
+) -> torch.Tensor:
+    """Q values (len(cars), A) of some cars of the batch (all of them: no gather), on the
+    batch's device."""
+    if len(cars) < len(floats):
+        idx = torch.from_numpy(cars).to(floats.device)
+        img, floats = (None if img is None else img[idx]), floats[idx]
+    return greedy_q(net, img, floats, k, generator, midpoint, cvar)
+
+
 def cars_q(
     net: InferenceNetwork,
     img: torch.Tensor | None,
@@ -37,11 +55,21 @@ def cars_q(
     midpoint: bool = False,
     cvar: float = 1.0,
 ) -> np.ndarray:
-    """Q values (len(cars), A) of some cars of the batch (all of them: no gather)."""
-    if len(cars) < len(floats):
-        idx = torch.from_numpy(cars)
-        img, floats = (None if img is None else img[idx]), floats[idx]
-    return greedy_q(net, img, floats, k, generator, midpoint, cvar).numpy()
+    """cars_q_tensor as a numpy array (on the CPU)."""
+    return cars_q_tensor(net, img, floats, cars, k, generator, midpoint, cvar).cpu().numpy()
+
+
+def network_device(net: torch.nn.Module) -> torch.device:
+    """The device a network's weights are on (where its inputs must go)."""
+    return next(net.parameters()).device
+
+
+def _put_rows(q: np.ndarray | torch.Tensor, cars: np.ndarray, values: torch.Tensor) -> None:
+    """q[cars] = values, for a numpy array (values come to the CPU) or a tensor (no copy)."""
+    if isinstance(q, np.ndarray):
+        q[cars] = values.cpu().numpy()
+    else:
+        q[torch.from_numpy(cars).to(q.device)] = values
 
 
 class FrozenGreedy:
@@ -67,16 +95,20 @@ class FrozenGreedy:
         for v in [v for v in self.nets if v not in in_use]:
             self._spare.append(self.nets.pop(v))
 
-    def fill(self, q: np.ndarray, img: torch.Tensor | None, floats: torch.Tensor) -> None:
-        """Write the greedy cars' Q values (their frozen weights, midpoint taus) into `q`."""
+    def fill(
+        self, q: np.ndarray | torch.Tensor, img: torch.Tensor | None, floats: torch.Tensor
+    ) -> None:
+        """Write the greedy cars' Q values (their frozen weights, midpoint taus) into `q`: a
+        numpy array, or a tensor on the networks' device (no host copy per version)."""
         for v, net in self.nets.items():
             cars = np.flatnonzero(self.bound == v)
-            q[cars] = cars_q(net, img, floats, cars, self.k, midpoint=True, cvar=self.cvar)
+            values = cars_q_tensor(net, img, floats, cars, self.k, midpoint=True, cvar=self.cvar)
+            _put_rows(q, cars, values)
 
     def _copy_of_live(self) -> InferenceNetwork:
         if self._spare:
             net = self._spare.pop()
-        else:  # as the live one is run, but never torch.compile (minutes per new copy)
+        else:  # as the live one is run (on its device), never torch.compile (minutes a copy)
             mode = "script" if self.live.mode == "compile" else self.live.mode
             net = make_inference_network(copy.deepcopy(self.live.net), mode)
         net.load_state_dict(self.live.net.state_dict())
@@ -84,7 +116,12 @@ class FrozenGreedy:
 
 
 class BatchedPolicy:
-    """Actions for a batch of cars: explored from the live weights, greedy from frozen ones."""
+    """Actions for a batch of cars: explored from the live weights, greedy from frozen ones.
+
+    Inference runs where the live network is (collector.device): each step the observations
+    go there once for the whole batch, the taus are drawn there (a generator on that device,
+    seeded), and the Q values of every car come back to the CPU in one copy.
+    """
 
     def __init__(
         self,
@@ -103,7 +140,8 @@ class BatchedPolicy:
         self.frozen = FrozenGreedy(live, k_taus, n_cars, greedy_cvar)
         self.hold = ActionHold(n_cars)  # temporally extended random actions (exploration)
         self.rng = np.random.default_rng(seed)
-        self.gen = torch.Generator().manual_seed(seed)
+        self.device = network_device(live.net)
+        self.gen = torch.Generator(device=self.device).manual_seed(seed)
 
     @classmethod
     def from_config(
@@ -124,19 +162,30 @@ class BatchedPolicy:
     def act(self, obs: dict, greedy: np.ndarray, started: np.ndarray, version: int):
         """(actions, q_values, was_greedy); `version` is the live weights' version."""
         self.frozen.update(greedy, started, version)
-        img = torch.from_numpy(obs["frame"]) if "frame" in obs else None
-        floats = torch.from_numpy(obs[FLOATS])
-        q = np.empty((len(greedy), self.live.net.n_actions), np.float32)
+        img = self._to_device(obs["frame"]) if "frame" in obs else None
+        floats = self._to_device(obs[FLOATS])
         explore = np.flatnonzero(~greedy)
-        if len(explore):
-            q[explore] = cars_q(self.live, img, floats, explore, self.k, self.gen)
-        self.frozen.fill(q, img, floats)
+        with torch.inference_mode():
+            if len(explore) == len(greedy):  # no greedy race: the batch's Q values as they are
+                q_dev = cars_q_tensor(self.live, img, floats, explore, self.k, self.gen)
+            else:
+                shape = (len(greedy), self.live.net.n_actions)
+                q_dev = torch.empty(shape, dtype=torch.float32, device=self.device)
+                if len(explore):
+                    values = cars_q_tensor(self.live, img, floats, explore, self.k, self.gen)
+                    _put_rows(q_dev, explore, values)
+                self.frozen.fill(q_dev, img, floats)
+            q = q_dev.cpu().numpy()  # one copy to the host per step (none on the CPU)
         self.hold.release(np.flatnonzero(started))
         params = self.explorer.params(self.frames())
         actions, was_greedy = select_actions(q, params, self.rng, self.hold)
         actions[greedy] = q[greedy].argmax(axis=1)  # evaluation races act greedily
         was_greedy[greedy] = True
         return actions, q, was_greedy
+
+    def _to_device(self, array: np.ndarray) -> torch.Tensor:
+        """One array of the batch on the inference device (the CPU: the array itself)."""
+        return torch.from_numpy(array).to(self.device, non_blocking=True)
 
     def race_version(self, car: int, live_version: int) -> int:
         """The weights version to record for the race `car` just ended (before the next act)."""

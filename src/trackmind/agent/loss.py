@@ -102,8 +102,18 @@ class NonFiniteGuard:
         self.skipped += 1
         self.in_a_row += 1
         if self.in_a_row >= self.max_in_a_row:
-            raise FloatingPointError(
-                f"loss was not finite for {self.in_a_row} steps in a row "
-                f"({self.skipped} skipped in total): stopping training"
-            )
+            self._stop()
         return False
+
+    def observe(self, in_a_row: int, skipped: int) -> None:
+        """Take counts kept elsewhere (a captured GPU step counts on the device); stop when
+        too many in a row."""
+        self.in_a_row, self.skipped = int(in_a_row), int(skipped)
+        if self.in_a_row >= self.max_in_a_row:
+            self._stop()
+
+    def _stop(self) -> None:
+        raise FloatingPointError(
+            f"loss was not finite for {self.in_a_row} steps in a row "
+            f"({self.skipped} skipped in total): stopping training"
+        )

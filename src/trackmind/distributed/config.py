@@ -9,6 +9,7 @@ of Ray's minutes of retries.
 from __future__ import annotations
 
 import importlib.util
+import math
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -72,6 +73,9 @@ class RayCollectorConfig(CollectorConfig):
     connect_timeout_s: float = MISSING
     num_cpus: Any = None  # null or an integer
     cpus_per_worker: int = MISSING
+    # GPU share each worker actor reserves (Ray's num_gpus): 0 keeps workers off GPUs (device
+    # auto then means cpu); device cuda needs > 0, e.g. 0.25 for four workers per GPU
+    gpus_per_worker: float = 0.0
     object_store_mb: int = MISSING
 
     def __post_init__(self) -> None:
@@ -80,6 +84,18 @@ class RayCollectorConfig(CollectorConfig):
         int_at_least(self.max_staleness, 0, "collector.max_staleness")
         int_at_least(self.cpus_per_worker, 1, "collector.cpus_per_worker")
         int_at_least(self.object_store_mb, 100, "collector.object_store_mb")
+        g = self.gpus_per_worker
+        require(
+            g >= 0 and (g <= 1 or float(g).is_integer()),
+            "collector.gpus_per_worker",
+            f"must be a share in [0, 1] or a whole number of GPUs, got {g!r}",
+        )
+        require(
+            self.device != "cuda" or g > 0,
+            "collector.gpus_per_worker",
+            "must be > 0 with collector.device=cuda (Ray gives a worker no GPU it did not "
+            "reserve), e.g. 0.25 for four workers per GPU",
+        )
         timeout = self.connect_timeout_s
         require(
             timeout > 0, "collector.connect_timeout_s", f"must be a number > 0, got {timeout!r}"
@@ -99,15 +115,43 @@ class RayCollectorConfig(CollectorConfig):
             )
 
 
+def worker_cuda_available(col: Mapping, cuda_available: bool) -> bool:
+    """Whether a worker actor may infer on a GPU: only one it reserved (gpus_per_worker > 0),
+    so `auto` never lands several unreserved workers on a GPU."""
+    return float(col.get("gpus_per_worker", 0) or 0) > 0 and bool(cuda_available)
+
+
+def worker_options(col: Mapping) -> dict[str, Any]:
+    """Ray resources of one RolloutWorkerWrapper actor."""
+    return {
+        "num_cpus": int(col.get("cpus_per_worker", 1)),
+        "num_gpus": float(col.get("gpus_per_worker", 0) or 0),
+    }
+
+
 def validate_ray_collector(col: Mapping) -> None:
     """What the machine must offer collector=ray (the keys are RayCollectorConfig's): Ray
-    installed, and a cluster that answers at the address."""
+    installed, a cluster that answers at the address, and for a local start the GPUs the
+    workers reserve (else Ray would wait forever to place them)."""
     require(
         importlib.util.find_spec("ray") is not None,
         "collector",
         "collector=ray needs Ray, an optional feature: pip install 'trackmind[ray]'",
     )
     kind, host, port = parse_address(col.get("address"))
+    gpus = float(col.get("gpus_per_worker", 0) or 0)
+    if kind == "local" and gpus > 0:
+        import torch
+
+        have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        n = int(col["processes"])
+        # Ray places a share < 1 within one GPU: floor(1 / share) workers per GPU
+        fits = n <= have * math.floor(1 / gpus + 1e-9) if gpus < 1 else n * gpus <= have
+        require(
+            fits,
+            "collector.gpus_per_worker",
+            f"{n} workers of {gpus:g} GPU each do not fit the {have} GPU(s) of this machine",
+        )
     if kind == "node":
         why = probe(host, port, float(col["connect_timeout_s"]))
         if why is not None:

@@ -72,9 +72,14 @@ def init_kwargs(ccfg: Mapping) -> dict:
     if num_cpus is None:  # every wrapper gets scheduled; Ray starts this many processes at once
         need = int(ccfg["processes"]) * int(ccfg.get("cpus_per_worker", 1))
         num_cpus = max(need, os.cpu_count() or 1)
+    gpus = 0  # the GPUs of this machine only when the workers reserve shares of them
+    if float(ccfg.get("gpus_per_worker", 0) or 0) > 0:
+        import torch
+
+        gpus = torch.cuda.device_count()
     return {
         "num_cpus": int(num_cpus),
-        "num_gpus": 0,
+        "num_gpus": gpus,
         "include_dashboard": False,
         "_node_ip_address": "127.0.0.1",
         "object_store_memory": int(ccfg.get("object_store_mb", 512)) * 2**20,

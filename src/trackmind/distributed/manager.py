@@ -17,6 +17,7 @@ from typing import Any
 
 import ray
 
+from trackmind.distributed.config import worker_options
 from trackmind.distributed.wrapper import RolloutWorkerWrapper
 
 log = logging.getLogger(__name__)
@@ -55,7 +56,7 @@ class RolloutManager:
         self.restarts_before = int(restarts_before)  # by an earlier manager: new seeds
         self.interface, self.statistics = interface, statistics
         self.max_restarts = int(max_restarts)
-        self.cpus = int(cfg["collector"].get("cpus_per_worker", 1))
+        self.options = worker_options(cfg["collector"])  # num_cpus, num_gpus of each wrapper
         self.workers: list[Any] = [None] * self.n
         self.runs: list[Any] = [None] * self.n
         self.pid_refs: list[Any] = [None] * self.n
@@ -76,7 +77,7 @@ class RolloutManager:
 
     def _spawn(self, i: int) -> None:
         seed = self.seed * 1000 + i * 17 + self.restarts_before + self.restarts  # as local
-        w = RolloutWorkerWrapper.options(num_cpus=self.cpus).remote(
+        w = RolloutWorkerWrapper.options(**self.options).remote(
             self.cfg, i, seed, self.n, self.interface, self.statistics, self.latest
         )
         self.workers[i], self.runs[i] = w, w.run.remote()

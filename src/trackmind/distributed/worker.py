@@ -8,6 +8,8 @@ and passes every ended race as a SampleFragment to its progress handler (the wra
 Weights come from a callable at every race end and every `refresh_every_actions` actions,
 as the local collectors pull theirs. The real game's EnvWorkers would be its own game
 processes behind TMInterface; the sim steps in this process, which is its fastest form.
+Inference runs on `collector.device`; a worker uses a GPU only when its actor reserved a
+share of one (collector.gpus_per_worker > 0).
 """
 
 from __future__ import annotations
@@ -92,7 +94,9 @@ class RolloutWorker:
 
     def __init__(self, cfg: dict, index: int, seed: int, n_workers: int = 1) -> None:
         from trackmind.agent.acting import BatchedPolicy
+        from trackmind.agent.device import resolve_device
         from trackmind.agent.inference import make_inference_network
+        from trackmind.distributed.config import worker_cuda_available
         from trackmind.game.starts import make_start_bank
         from trackmind.training.factory import build_collector_parts
 
@@ -110,6 +114,8 @@ class RolloutWorker:
             starts = make_start_bank(cfg["exploration"], seed * 1000 + e)
             self.envs.append(EnvWorker(e, race, cycle, self.monitor, starts))
             net = net if net is not None else env_net
+        cuda = worker_cuda_available(ccfg, torch.cuda.is_available())  # a GPU it reserved
+        net.to(resolve_device(ccfg.get("device", "auto"), cuda))
         self.infer = make_inference_network(net, cfg["network"].get("compile", "none"))
         all_cars = sum(env.n_cars for env in self.envs)
         self.acting = BatchedPolicy.from_config(cfg, self.infer, all_cars, seed, frames=self.frames)
@@ -122,7 +128,8 @@ class RolloutWorker:
         return fleet_frames(self.frames_at_sync, self.own_actions, self.n_workers)
 
     def load_weights(self, version: int, state: Mapping[str, Any], frames: int) -> None:
-        """Copy a published state dict (numpy arrays) into the inference network."""
+        """Copy a published state dict (numpy arrays) into the inference network (to its
+        device: the one host-to-device copy of weights that crosses machines)."""
         with self.monitor.stage("weights"), warnings.catch_warnings():
             # arrays read from Ray's object store are read-only; they are only copied from
             warnings.filterwarnings("ignore", ".*not writable.*", UserWarning)

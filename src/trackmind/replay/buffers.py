@@ -51,8 +51,10 @@ class ReplayBuffers:
         float_dim: int,
         horizon_actions: int,
         seed: int = 0,
+        device: str | torch.device = "cpu",
     ) -> None:
         self.config = config
+        self.device = torch.device(device)  # where the frames live
         self.lock = threading.RLock()
         self.horizon_actions = horizon_actions
         self.frames = 0
@@ -71,6 +73,7 @@ class ReplayBuffers:
                 priority_eps=config.priority_eps,
                 state_margin=config.state_margin,
                 seed=int(s),
+                device=self.device,
             )
 
         capacity = config.capacity(0)
@@ -196,6 +199,7 @@ def make_buffers(
     *,
     ms_per_action: int = 50,
     seed: int = 0,
+    device: str | torch.device = "cpu",
 ) -> ReplayBuffers:
     """buffer and buffer_test for frames of ``frame_shape`` and ``float_dim`` floats.
 
@@ -203,9 +207,10 @@ def make_buffers(
     without state_img / next_state_img.
     ``cfg`` is the ``buffer`` config group (validated here, ConfigError naming the key);
     ``ms_per_action`` comes from the game config and turns the mini-race duration into
-    actions.
+    actions. ``device``: where the frames are stored and gathered (a GPU learner's device,
+    see replay/states.py); batches then carry their frames there.
     """
     config = cfg if isinstance(cfg, BufferConfig) else BufferConfig.from_dict(cfg)
     horizon = config.horizon_actions(ms_per_action)
     frame_shape = None if frame_shape is None else tuple(frame_shape)
-    return ReplayBuffers(config, frame_shape, int(float_dim), horizon, seed)
+    return ReplayBuffers(config, frame_shape, int(float_dim), horizon, seed, device)

@@ -26,6 +26,29 @@ def capacity_at(schedule: Sequence[tuple[int, int]], frames: float) -> int:
     return int(size)
 
 
+FRAMES_ON = ("auto", "host", "device")
+GPU_SHARE_FOR_FRAMES = 0.5  # auto keeps frames on the GPU when they take at most this share
+
+
+def frames_device(
+    frames_on: str, learner_device: str, frame_bytes: int, gpu_bytes: int | None
+) -> str:
+    """Where the buffers store their frames (a torch device type).
+
+    ``device`` puts them on the learner's device; ``auto`` does so for a GPU learner when the
+    frames of the full buffers (``frame_bytes``) take at most half of its memory
+    (``gpu_bytes``), so that the batch's frame gather never crosses the bus; ``host`` and a
+    CPU learner keep them in host memory.
+    """
+    require(frames_on in FRAMES_ON, "buffer.frames_on", f"must be one of {FRAMES_ON}")
+    if learner_device == "cpu" or frames_on == "host":
+        return "cpu"
+    if frames_on == "device":
+        return learner_device
+    fits = gpu_bytes is not None and frame_bytes <= GPU_SHARE_FOR_FRAMES * gpu_bytes
+    return learner_device if fits else "cpu"
+
+
 def _is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
@@ -56,6 +79,9 @@ class BufferConfig:
     # (nstep.py); empty (the default) bootstraps from the cut state, as Linesight does
     lost_ends: Any = MISSING
     lost_rate_actions: int = MISSING
+    # where the frames are stored: the learner's GPU (device), host memory, or auto
+    # (frames_device); a default here too, for the checkpoints of runs from before the key
+    frames_on: str = "auto"
 
     def __post_init__(self) -> None:
         self.capacity_schedule = _schedule(self.capacity_schedule, "buffer")
@@ -76,6 +102,11 @@ class BufferConfig:
             return f"{prefix}.{name}"
 
         sizes = [s for _, s in self.capacity_schedule]
+        require(
+            self.frames_on in FRAMES_ON,
+            key("frames_on"),
+            f"must be one of {', '.join(FRAMES_ON)}, got {self.frames_on!r}",
+        )
         for name in (
             "learning_starts",
             "chunk_length",
@@ -144,6 +175,12 @@ class BufferConfig:
 
     def capacity(self, frames: float) -> int:
         return capacity_at(self.capacity_schedule, frames)
+
+    def max_frame_bytes(self, frame_bytes: int) -> int:
+        """Bytes of frames when buffer and buffer_test are full at the largest capacity."""
+        top = max(s for _, s in self.capacity_schedule)
+        rows = top * (1 + self.test_fraction) * (1 + self.state_margin)
+        return int(rows * frame_bytes)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

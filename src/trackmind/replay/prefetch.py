@@ -24,8 +24,9 @@ Batch = dict[str, torch.Tensor]
 
 
 def pinned(batch: Batch) -> Batch:
-    """The batch in page-locked memory, so a non_blocking copy to the GPU is asynchronous."""
-    return {k: v.pin_memory() for k, v in batch.items()}
+    """The batch's host tensors in page-locked memory, so a non_blocking copy to the GPU is
+    asynchronous (tensors already on a device, frames stored there, stay as they are)."""
+    return {k: v.pin_memory() if v.device.type == "cpu" else v for k, v in batch.items()}
 
 
 class BatchPrefetcher:

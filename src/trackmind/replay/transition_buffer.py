@@ -56,6 +56,7 @@ class TransitionBuffer:
         priority_eps: float = 1e-6,
         state_margin: float = 0.05,
         seed: int = 0,
+        device: str | torch.device = "cpu",
     ) -> None:
         if capacity < 1 or n_steps < 1 or horizon_actions < 1 or state_margin < 0:
             raise ValueError(
@@ -73,7 +74,10 @@ class TransitionBuffer:
         self.state_margin = float(state_margin)
         self.generator = torch.Generator().manual_seed(int(seed))
         self._build(int(capacity))
-        self.states = StateStore(self.state_rows(self.capacity), self.frame_shape, self.float_dim)
+        self.device = torch.device(device)  # where the frames live (StateStore)
+        self.states = StateStore(
+            self.state_rows(self.capacity), self.frame_shape, self.float_dim, self.device
+        )
 
     # ---- layout -------------------------------------------------------------------------
 
@@ -216,7 +220,7 @@ class TransitionBuffer:
         if n > capacity:
             raise ValueError(f"{n} records do not fit in capacity {capacity}")
         states = StateStore.from_export(
-            data["states"], self.state_rows(capacity), self.frame_shape, self.float_dim
+            data["states"], self.state_rows(capacity), self.frame_shape, self.float_dim, self.device
         )
         self._build(capacity)
         self.states = states

@@ -1,8 +1,9 @@
 """The collector process: races a game with the latest weights and ships every race.
 
 Each collector owns a game (the vectorized sim by default: several cars, one batched
-inference per step), an inference network refreshed from the shared network at every race
-end and every `refresh_every_actions` actions, and an exploration policy whose epsilon
+inference per step), an inference network on `collector.device` refreshed from the shared
+network at every race end and every `refresh_every_actions` actions (a device-to-device copy
+when both are on the GPU), and an exploration policy whose epsilon
 follows the shared frame counter. Races go to the learner's queue as rollout_results with
 the arrays stacked. The process ignores Ctrl-C (the learner stops it) and exits by itself
 when the stop flag is set or the learner disappears, so no collector outlives its run.
@@ -10,6 +11,7 @@ when the stop flag is set or the learner disappears, so no collector outlives it
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import signal
@@ -53,6 +55,16 @@ def collector_process_fn(cfg: dict, idx: int, shared: CollectorLink, seed: int) 
     except Exception:
         _put(shared, CollectorError(idx, traceback.format_exc()), parent)
         raise
+    finally:
+        _release_shared(shared)
+
+
+def _release_shared(shared: CollectorLink) -> None:
+    """Drop this process's view of the shared network before exiting. A network on the GPU
+    came through CUDA IPC: the learner counts the views still open, and a view left to
+    interpreter exit is never given back (torch then warns when the learner exits)."""
+    shared.network = None  # type: ignore[assignment]  # the Process keeps the link itself
+    gc.collect()
 
 
 class AgentWeights:
@@ -84,6 +96,7 @@ def _should_stop(shared: CollectorLink, parent: int) -> bool:
 
 def _run(cfg: dict, idx: int, shared: CollectorLink, seed: int, parent: int) -> None:
     from trackmind.agent.acting import BatchedPolicy
+    from trackmind.agent.device import resolve_device
     from trackmind.agent.inference import make_inference_network
     from trackmind.env.rollout import GameInstanceManager
     from trackmind.game.starts import make_start_bank
@@ -92,6 +105,7 @@ def _run(cfg: dict, idx: int, shared: CollectorLink, seed: int, parent: int) -> 
     ccfg = cfg["collector"]
     torch.set_num_threads(int(ccfg.get("torch_threads", 1)))
     race, cycle, net = build_collector_parts(cfg, n_cars=int(ccfg["cars_per_process"]), offset=idx)
+    net.to(resolve_device(ccfg.get("device", "auto"), torch.cuda.is_available()))
     version = pull_weights(shared, net, -1)
     infer = make_inference_network(net, cfg["network"].get("compile", "none"))
     acting = BatchedPolicy.from_config(

@@ -94,11 +94,13 @@ class RunPlan:
 
 def plan_run(cfg: Any) -> RunPlan:
     """Validate the whole config; ConfigError (one line, naming the key) on any problem."""
+    import torch
+
     from trackmind.agent.exploration import build_exploration
     from trackmind.agent.network_config import network_config
     from trackmind.game.starts import StartsConfig
     from trackmind.replay.config import BufferConfig
-    from trackmind.training.module import learner_config
+    from trackmind.training.module import check_cuda_graph, learner_config
 
     cfg = resolve_frame_shape(to_plain(cfg))
     check_known_keys(cfg, TOP_KEYS, "config")
@@ -125,6 +127,13 @@ def plan_run(cfg: Any) -> RunPlan:
         load(pool.check)(cfg["collector"])  # e.g. Ray installed, its cluster answering
     # run-level groups: structured schemas (types, unknown keys, ranges), values normalised
     cfg["trainer"] = asdict(check_schema(cfg["trainer"], TrainerConfig, "trainer"))
+    tcfg = cfg["trainer"]
+    check_cuda_graph(
+        learner_config(cfg["learner"]),
+        tcfg["accelerator"],
+        tcfg["precision"],
+        torch.cuda.is_available(),
+    )
     cfg["logger"] = asdict(check_schema(cfg["logger"], LoggerConfig, "logger"))
     cfg["checkpoint"] = asdict(check_schema(cfg.get("checkpoint"), CheckpointConfig, "checkpoint"))
     cycle = MapCycle.from_config(cfg["map"].get("cycle"), "map.cycle")

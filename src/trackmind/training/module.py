@@ -25,13 +25,39 @@ from trackmind.agent.loss import NonFiniteGuard, iqn_loss
 from trackmind.agent.network import IQNNetwork, random_taus, stratified_symmetric_taus
 from trackmind.agent.schedules import Schedule
 from trackmind.errors import ConfigError, check_schema, require
+from trackmind.training.captured_step import CapturedStep
 
 
 def soft_update(target: torch.nn.Module, online: torch.nn.Module, tau: float) -> None:
-    """target <- (1 - tau) * target + tau * online, for the parameters (buffers are fixed)."""
+    """target <- (1 - tau) * target + tau * online, for the parameters (buffers are fixed).
+
+    One foreach kernel for all parameters: a GPU learner runs it every batch."""
     with torch.no_grad():
-        for t, o in zip(target.parameters(), online.parameters()):
-            t.lerp_(o, tau)
+        torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), tau)
+
+
+def q_stats(z: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Logged figures of the online quantiles z (B, N, A), as device tensors (no sync)."""
+    q = z.detach().float().mean(dim=1)
+    top2 = q.topk(2, dim=1).values if q.shape[1] > 1 else torch.cat([q, q], dim=1)
+    return {
+        "train/q_mean": q.mean(),
+        "train/q_max": q.max(dim=1).values.mean(),
+        # best minus second-best action: what decides the greedy policy (agent/loss.py)
+        "train/action_gap": (top2[:, 0] - top2[:, 1]).mean(),
+    }
+
+
+GRAPH_INPUTS = (
+    "state_img",
+    "next_state_img",
+    "state_float",
+    "next_state_float",
+    "action",
+    "reward",
+    "discount",
+    "weights",
+)
 
 
 def ema_rate(updates: int, horizon_batches: float) -> float:
@@ -93,6 +119,9 @@ class LearnerConfig:
     # torch.compile mode of the learner's forward passes (none: eager); a default here too,
     # because the checkpoints of runs from before the key have no value for it
     compile: str = "none"
+    # the whole update (forwards, backward, clipping, optimizer) as one replayed CUDA graph
+    # (training/captured_step.py); a GPU learner in fp32 or bf16
+    cuda_graph: bool = False
 
     def __post_init__(self) -> None:
         key = "learner"
@@ -136,6 +165,24 @@ class LearnerConfig:
 def learner_config(cfg: Mapping | LearnerConfig, key: str = "learner") -> LearnerConfig:
     """The validated learner group (one-line ConfigError naming the key)."""
     return cfg if isinstance(cfg, LearnerConfig) else check_schema(cfg, LearnerConfig, key)
+
+
+def check_cuda_graph(learner: LearnerConfig, accelerator: str, precision: Any, cuda: bool) -> None:
+    """learner.cuda_graph needs a CUDA trainer in fp32 or bf16 (one-line ConfigError): a graph
+    replays CUDA kernels, and fp16 loss scaling reads the gradients on the host every step."""
+    if not learner.cuda_graph:
+        return
+    require(
+        accelerator in ("gpu", "cuda", "auto") and cuda,
+        "learner.cuda_graph",
+        "needs a CUDA GPU learner (trainer.accelerator=gpu on a machine with CUDA); "
+        "set learner.cuda_graph=false here",
+    )
+    require(
+        not str(precision).startswith("16"),
+        "learner.cuda_graph",
+        f"needs trainer.precision 32-true or bf16-mixed, got {precision!r}",
+    )
 
 
 def compiled_forwards(online: torch.nn.Module, target: torch.nn.Module, mode: str):
@@ -186,15 +233,26 @@ class IQNLightningModule(L.LightningModule):
         # functions over them (plain attributes, not submodules: state_dict keeps its keys,
         # and the weights stay the networks', updated in place)
         self._forwards_of: int | None = None  # id of the networks the forwards were made for
+        self.captured: CapturedStep | None = None  # with cuda_graph, made at the first step
+        self._nonfinite: torch.Tensor | None = None  # device counters: [in a row, in total]
+        self._raw_optimizer: torch.optim.Optimizer | None = None  # the one device_update steps
 
     # --- optimisation -------------------------------------------------------------------
     def configure_optimizers(self):
         opt_cls = torch.optim.RAdam if self.cfg.optimizer == "radam" else torch.optim.Adam
+        lr: float | torch.Tensor = self.lr_schedule(0)
+        extra = {}
+        if self.cfg.cuda_graph and self.device.type == "cuda":
+            # a graph replays the optimizer's kernels: its step count and lr live on the
+            # device (capturable), and the lr schedule writes into that tensor
+            lr = torch.tensor(lr, device=self.device)
+            extra = {"capturable": True, "foreach": True}
         return opt_cls(
             self.online_network.parameters(),
-            lr=self.lr_schedule(0),
+            lr=lr,
             eps=float(self.cfg.adam_eps),
             weight_decay=float(self.cfg.weight_decay),
+            **extra,
         )
 
     def current_lr(self) -> float:
@@ -244,13 +302,38 @@ class IQNLightningModule(L.LightningModule):
     def training_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int):
         opt = self.optimizers()
         lr = self.current_lr()
-        for group in opt.param_groups:
-            group["lr"] = lr
-        loss, per_sample, z = self.compute_loss(batch)
         b = int(batch["action"].shape[0])
         self.samples_learned += b
+        if self.cfg.cuda_graph:
+            out = self._captured_update(batch, opt.optimizer, lr)
+            loss, per_sample = out["train/loss"], out["per_sample"]
+        else:
+            for group in opt.param_groups:
+                group["lr"] = lr
+            out = self._eager_update(batch, opt)
+            if out is None:  # a non-finite loss: the step was skipped
+                self.log("train/nonfinite_skipped", float(self.guard.skipped))
+                return None
+            loss, per_sample = out["train/loss"], out["per_sample"]
+        self._after_update(batch, per_sample, b)
+        if not self._logs_this_step():  # last_stats (the progress bar) keeps the last written
+            return loss.detach()  # step's: no device sync for a figure nobody reads
+        if self.cfg.cuda_graph:  # the device counters of skipped steps, read when logged
+            in_a_row, skipped = (int(v) for v in self._nonfinite.tolist())
+            self.guard.observe(in_a_row, skipped)
+        stats = {k: float(v) for k, v in out.items() if k.startswith("train/")}
+        stats["train/lr"] = lr
+        stats["train/gamma"] = self.current_gamma()
+        stats["train/nonfinite_skipped"] = float(self.guard.skipped)
+        self.last_stats = stats
+        self.log_dict(stats, on_step=True, prog_bar=False, batch_size=b)
+        return loss.detach()
+
+    def _eager_update(self, batch: Mapping[str, torch.Tensor], opt) -> dict | None:
+        """One step through Lightning (its precision plugin scales fp16 losses); None when
+        the loss is not finite (the step is skipped, NonFiniteGuard counts it)."""
+        loss, per_sample, z = self.compute_loss(batch)
         if not self.guard.check(loss):
-            self.log("train/nonfinite_skipped", float(self.guard.skipped))
             return None
         opt.zero_grad(set_to_none=True)
         self.manual_backward(loss)
@@ -258,13 +341,69 @@ class IQNLightningModule(L.LightningModule):
         self.clip_gradients(
             opt, gradient_clip_val=float(self.cfg.grad_clip_norm), gradient_clip_algorithm="norm"
         )
-        grads = [p.grad for p in self.online_network.parameters() if p.grad is not None]
-        grad_norm = torch.linalg.vector_norm(
-            torch.stack([torch.linalg.vector_norm(g) for g in grads])
-        )
         opt.step()
+        out = {"train/loss": loss.detach(), "per_sample": per_sample}
+        if self._logs_this_step():
+            out |= q_stats(z)
+            out["train/grad_norm_clipped"] = self._grad_norm()
+        return out
+
+    def _grad_norm(self) -> torch.Tensor:
+        grads = [p.grad for p in self.online_network.parameters() if p.grad is not None]
+        return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+
+    def device_update(self, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """One whole optimisation step without a host synchronisation, so that CapturedStep
+        can record it: loss, backward, clipping and the optimizer's step. A non-finite loss
+        zeroes the gradients (the optimizer takes a zero-gradient step: its moments decay)
+        and is counted on the device ([in a row, in total]). Returns device tensors."""
+        opt = self._raw_optimizer
+        params = [p for g in opt.param_groups for p in g["params"]]
+        if self._nonfinite is None:
+            self._nonfinite = torch.zeros(2, dtype=torch.int64, device=params[0].device)
+        loss, per_sample, z = self.compute_loss(batch)
+        bad = ~torch.isfinite(loss)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        grads = [p.grad for p in params if p.grad is not None]
+        for g in grads:
+            g.masked_fill_(bad, 0.0)
+        torch.nn.utils.clip_grad_norm_(params, float(self.cfg.grad_clip_norm))
+        grad_norm = self._grad_norm()
+        opt.step()
+        self._nonfinite[0].add_(1).mul_(bad)  # a finite step ends the run of bad ones
+        self._nonfinite[1].add_(bad)
+        out = {"train/loss": loss.detach().float(), "per_sample": per_sample.float()}
+        out |= q_stats(z)
+        out["train/grad_norm_clipped"] = grad_norm
+        return out
+
+    def _captured_update(self, batch: Mapping[str, torch.Tensor], opt, lr: float) -> dict:
+        """device_update through a CapturedStep (made at the first step, under the autocast
+        Lightning's precision set up); the lr is written into the optimizer's lr tensor."""
+        for group in opt.param_groups:
+            if isinstance(group["lr"], torch.Tensor):
+                group["lr"].fill_(lr)
+            else:
+                group["lr"] = lr
+        if self.captured is None:
+            self._raw_optimizer = opt
+            dtype = None
+            if torch.is_autocast_enabled(self.device.type):
+                dtype = torch.get_autocast_dtype(self.device.type)
+            if dtype == torch.float16:
+                raise ConfigError(
+                    "learner.cuda_graph",
+                    "needs trainer.precision 32-true or bf16-mixed (fp16 loss scaling "
+                    "synchronises the host every step)",
+                )
+            self.captured = CapturedStep(self.device_update, GRAPH_INPUTS, autocast_dtype=dtype)
+        return self.captured(batch)
+
+    def _after_update(self, batch: Mapping[str, torch.Tensor], per_sample, b: int) -> None:
+        """Priorities, target and acting-average updates, and publishing, after a step."""
         if self.on_priorities is not None and "indices" in batch:
-            self.on_priorities(batch["indices"], per_sample)
+            self.on_priorities(batch["indices"], per_sample.clone())
         self.samples_since_target_update += b
         every = int(self.cfg.target_update_every_transitions)
         while self.samples_since_target_update >= every:
@@ -282,24 +421,6 @@ class IQNLightningModule(L.LightningModule):
             and (self.global_step + 1) % int(self.cfg.publish_every_batches) == 0
         ):
             self.publish(self.acting)
-        if not self._logs_this_step():  # last_stats (the progress bar) keeps the last written
-            return loss.detach()  # step's: no device sync for a figure nobody reads
-        q = z.detach().mean(dim=1)
-        top2 = q.topk(2, dim=1).values if q.shape[1] > 1 else torch.cat([q, q], dim=1)
-        stats = {
-            "train/loss": float(loss.detach()),
-            "train/q_mean": float(q.mean()),
-            "train/q_max": float(q.max(dim=1).values.mean()),
-            # best minus second-best action: what decides the greedy policy (agent/loss.py)
-            "train/action_gap": float((top2[:, 0] - top2[:, 1]).mean()),
-            "train/grad_norm_clipped": float(grad_norm),
-            "train/lr": lr,
-            "train/gamma": self.current_gamma(),
-            "train/nonfinite_skipped": float(self.guard.skipped),
-        }
-        self.last_stats = stats
-        self.log_dict(stats, on_step=True, prog_bar=False, batch_size=b)
-        return loss.detach()
 
     def _logs_this_step(self) -> bool:
         """Will Lightning write this step's metrics? It does every log_every_n_steps batches;

@@ -12,7 +12,7 @@ import json
 import logging
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
@@ -26,6 +26,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from trackmind.agent.exploration import build_exploration
 from trackmind.logs import tidy_library_output
 from trackmind.replay.buffers import make_buffers
+from trackmind.replay.config import BufferConfig, frames_device
 from trackmind.sim.reference import reference_time_ms
 from trackmind.tracking.mlflow_run import close_run, is_mlflow, open_run, start_system_metrics
 from trackmind.training.best_weights import BestRaceKeeper, WeightHistory, WeightPublisher
@@ -47,7 +48,7 @@ from trackmind.training.pool import CollectorPool, make_collector_pool
 from trackmind.training.progress import RaceProgressBar
 from trackmind.training.race_media import BestRaceMedia
 from trackmind.training.race_stats import RaceStats
-from trackmind.training.shared import SharedHandles, make_shared
+from trackmind.training.shared import SharedHandles, make_shared, shared_device
 
 log = logging.getLogger(__name__)
 FAIL_RATIO = 10.0
@@ -83,17 +84,42 @@ class Learner:
     history: WeightHistory
 
 
+def learner_device(tcfg: Mapping) -> str:
+    """The learner's torch device type: cuda for a GPU trainer on a machine with CUDA."""
+    gpu = tcfg["accelerator"] in ("gpu", "cuda", "auto") and torch.cuda.is_available()
+    return "cuda" if gpu else "cpu"
+
+
+def buffer_frames_device(config: BufferConfig, tcfg: Mapping, frame: tuple[int, ...] | None) -> str:
+    """Where the replay buffers keep their frames (replay.config.frames_device)."""
+    device = learner_device(tcfg)
+    frame_bytes = math.prod(frame) if frame is not None else 0
+    gpu_bytes = torch.cuda.get_device_properties(0).total_memory if device == "cuda" else None
+    where = frames_device(config.frames_on, device, config.max_frame_bytes(frame_bytes), gpu_bytes)
+    log.info("replay frames stored on %s (buffer.frames_on=%s)", where, config.frames_on)
+    return where
+
+
 def build_learner(plan: RunPlan, resumed_state: dict | None) -> Learner:
     """Networks, shared memory, buffers and module; a checkpoint of another architecture
     is refused here, before any process starts."""
     cfg = plan.cfg
     shape = (plan.frame_shape, plan.float_dim, plan.float_mean, plan.float_std)
     net = build_network_from(cfg, *shape)
-    shared = make_shared(build_network_from(cfg, *shape), int(cfg["collector"]["queue_size"]))
+    device = shared_device(cfg["collector"], torch.cuda.is_available())  # the collectors'
+    shared = make_shared(
+        build_network_from(cfg, *shape), int(cfg["collector"]["queue_size"]), device
+    )
     frame = (1, *plan.frame_shape) if plan.frame_shape is not None else None
     seed = int(cfg.get("seed", 0))
+    buffer_cfg = BufferConfig.from_dict(cfg["buffer"])
     buffers = make_buffers(
-        cfg["buffer"], frame, plan.float_dim, ms_per_action=plan.ms_per_action, seed=seed
+        buffer_cfg,
+        frame,
+        plan.float_dim,
+        ms_per_action=plan.ms_per_action,
+        seed=seed,
+        device=buffer_frames_device(buffer_cfg, cfg["trainer"], frame),
     )
     history = WeightHistory.sized_for(net)
     module = IQNLightningModule(
@@ -175,7 +201,11 @@ def make_trainer(tcfg: dict, logger: Any, callbacks: list, output_dir: Path) -> 
             "slower than with 32-true",
             tcfg["precision"],
         )
+    gpu = learner_device(tcfg) == "cuda"
+    if gpu:  # TF32 matmuls for fp32 layers (Lightning advises it on tensor-core GPUs)
+        torch.set_float32_matmul_precision("high")
     return L.Trainer(
+        benchmark=True if gpu else None,  # cuDNN picks the fastest conv kernels per shape
         accelerator=tcfg["accelerator"],
         devices=tcfg["devices"],
         precision=tcfg["precision"],

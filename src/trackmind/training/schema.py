@@ -10,6 +10,7 @@ anything starts.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -133,8 +134,12 @@ class CollectorConfig:
     queue_size: int = MISSING
     torch_threads: int = MISSING
     max_restarts: int = MISSING
+    device: str = "auto"  # inference: auto (cuda when there is a GPU) | cpu | cuda
 
     def __post_init__(self) -> None:
+        from trackmind.agent.device import check_device_name
+
+        check_device_name(self.device, "collector.device")
         for name in (
             "processes",
             "cars_per_process",
@@ -144,3 +149,13 @@ class CollectorConfig:
         ):
             int_at_least(getattr(self, name), 1, f"collector.{name}")
         int_at_least(self.max_restarts, 0, "collector.max_restarts")
+
+
+def check_local_collector(col: Mapping) -> None:
+    """What this machine must offer local collectors: a CUDA GPU for collector.device=cuda
+    (checked when the run is planned, so no collector process dies of it later)."""
+    import torch
+
+    from trackmind.agent.device import resolve_device
+
+    resolve_device(col.get("device", "auto"), torch.cuda.is_available(), "collector.device")

@@ -5,6 +5,12 @@ while holding every collector's lock and bumps `weights_version`; a collector co
 into its own inference network under its own lock when the version moved. `frames` counts
 actions collected by every collector and drives the schedules.
 
+When the local collectors infer on the GPU (collector.device), the shared network lives on
+the GPU too: spawned collectors receive its tensors through CUDA IPC (the learner keeps the
+originals alive), so a publish and a pull are device-to-device copies. Those are
+asynchronous; each copy's stream is synchronized before its lock is released (and before
+the version moves), so no reader sees half a version.
+
 Each collector has its own lock and queue (as Linesight has one queue per collector), and
 a race travels as a spool file whose path is the queue message: a path is far below the
 pipe's atomic write size, so a collector killed at any moment can neither leave half a
@@ -19,12 +25,15 @@ import os
 import pickle
 import shutil
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.multiprocessing as tmp
+
+from trackmind.agent.device import resolve_device
 
 log = logging.getLogger(__name__)
 LOCK_TIMEOUT_S = 2.0
@@ -39,7 +48,7 @@ class CollectorLink:
     """Picklable handles of one collector process."""
 
     index: int
-    network: torch.nn.Module  # uncompiled_shared_network, in shared memory
+    network: torch.nn.Module  # uncompiled_shared_network: shared memory, or CUDA IPC
     lock: Any
     weights_version: Any  # mp.Value('q')
     frames: Any  # mp.Value('q'): actions collected so far, all collectors
@@ -103,9 +112,22 @@ def _spool_base() -> str | None:
     return None
 
 
-def make_shared(network: torch.nn.Module, queue_size: int = 64) -> SharedHandles:
+def shared_device(ccfg: Mapping[str, Any], cuda_available: bool) -> str:
+    """Where the shared network lives: on the local collectors' device (publish and pull
+    are then copies within it), on the CPU for Ray workers (they get numpy state dicts)."""
+    if ccfg.get("backend", "local") != "local":
+        return "cpu"
+    return resolve_device(str(ccfg.get("device", "auto")), cuda_available)
+
+
+def make_shared(
+    network: torch.nn.Module, queue_size: int = 64, device: str | torch.device = "cpu"
+) -> SharedHandles:
+    """The learner's handles around `network`, moved to `device`: CPU shared memory, or a
+    GPU whose tensors collector processes open through CUDA IPC."""
     ctx = spawn_context()
-    network.share_memory()
+    network.to(device)
+    network.share_memory()  # CPU tensors into shared memory; a no-op for CUDA tensors
     spool = tempfile.mkdtemp(prefix="trackmind-spool-", dir=_spool_base())
     return SharedHandles(
         network=network,
@@ -118,9 +140,18 @@ def make_shared(network: torch.nn.Module, queue_size: int = 64) -> SharedHandles
 
 
 def _copy(dst: torch.nn.Module, src: torch.nn.Module) -> None:
+    """dst's tensors = src's, for any devices (cpu/cuda either side), complete on return.
+
+    A copy that touches a GPU is queued on that device's current stream; waiting for that
+    stream makes the copy done before the caller releases a lock or bumps a version.
+    """
+    gpus: set[torch.device] = set()
     with torch.no_grad():
         for d, s in zip(dst.state_dict().values(), src.state_dict().values()):
             d.copy_(s)
+            gpus.update(t.device for t in (d, s) if t.is_cuda)
+    for dev in gpus:
+        torch.cuda.current_stream(dev).synchronize()
 
 
 def publish_weights(shared: SharedHandles, source: torch.nn.Module) -> int:

@@ -1,0 +1,280 @@
+"""The GPU box in one call: learner rows, collection capacity and a real run, one table.
+
+    python scripts/gpu_check.py                 # on a CUDA machine (make gpu-check), ~6 min
+    python scripts/gpu_check.py --out DIR       # keep the raw files there
+    python scripts/gpu_check.py --dry-run       # the same steps on the CPU, tiny budgets
+
+Three measurements, each a subprocess with its own time limit, so the whole check ends well
+inside 8 minutes:
+1. bench_learner.py, iqn_linesight at batch 512 in bf16: eager and captured (CUDA graph),
+   frames in host memory and on the GPU;
+2. bench_collectors.py, local backend, the GPU recipe's collectors with no learner: the
+   collection capacity, with each collector's ms per car-action split into game step and
+   inference;
+3. train.py experiment=linesight_gpu for --train-s seconds (CSV logger), with nvidia-smi
+   sampling GPU utilisation and memory beside it.
+The table that ends the output holds the figures issue "The GPU box at full speed" asks for,
+beside their targets, and the wall time of Linesight's 5-million-action recipe at replay ratio
+32 that those figures imply. Without CUDA it says so in one line (exit 2), unless --dry-run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BATCH = 512
+LINESIGHT_ACTIONS = 5_000_000
+REPLAY_RATIO = 32
+TARGETS = {
+    "learner_bench": 400.0,  # batches/s, bench_learner iqn_linesight batch 512
+    "capacity": 20_000.0,  # transitions/s, bench_collectors, no learner
+    "run_batches": 250.0,  # batches/s in a real run
+    "wait_share": 0.10,  # learner_wait_share below
+    "gpu_util": 60.0,  # % busy
+    "recipe_min": 30.0,  # minutes for 5M actions at replay ratio 32
+}
+
+
+def run_step(name: str, cmd: list[str], limit_s: float, log: Path) -> int:
+    """Run one measurement, its output into ``log``; the exit code (124 past its limit)."""
+    t0 = time.monotonic()
+    print(f"== {name}: {' '.join(cmd[1:])}", flush=True)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "HYDRA_FULL_ERROR": "1"}
+    with open(log, "w") as f:
+        try:
+            rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=limit_s, env=env)
+            code = rc.returncode
+        except subprocess.TimeoutExpired:
+            code = 124
+    print(f"   rc={code} after {time.monotonic() - t0:.0f} s (log: {log.name})", flush=True)
+    if code != 0:
+        print("   " + "\n   ".join(log.read_text(errors="replace").splitlines()[-12:]))
+    return code
+
+
+class GpuSampler:
+    """nvidia-smi every half second on a thread: (seconds since start, util %, memory MiB)."""
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[float, float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._t0 = time.monotonic()
+
+    def _run(self) -> None:
+        query = ["nvidia-smi", "--query-gpu=utilization.gpu,memory.used"]
+        query += ["--format=csv,noheader,nounits", "-lms", "500"]
+        try:
+            proc = subprocess.Popen(query, stdout=subprocess.PIPE, text=True)
+        except OSError:
+            return
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if self._stop.is_set():
+                break
+            try:
+                util, mem = (float(x) for x in line.split(",")[:2])
+            except ValueError:
+                continue
+            self.samples.append((time.monotonic() - self._t0, util, mem))
+        proc.kill()
+
+    def __enter__(self) -> GpuSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+
+    def summary(self, from_s: float) -> dict[str, float | None]:
+        """Mean utilisation and peak memory of the samples after ``from_s`` seconds."""
+        late = [s for s in self.samples if s[0] >= from_s]
+        if not late:
+            return {"gpu_util": None, "gpu_mem_mib": None}
+        return {
+            "gpu_util": statistics.fmean(s[1] for s in late),
+            "gpu_mem_mib": max(s[2] for s in late),
+        }
+
+
+def read_metrics(path: Path) -> list[dict[str, str]]:
+    try:
+        with open(path) as f:
+            return list(csv.DictReader(f))
+    except OSError:
+        return []
+
+
+def column(rows: list[dict[str, str]], key: str) -> list[float]:
+    return [float(r[key]) for r in rows if r.get(key) not in (None, "")]
+
+
+def late_median(values: list[float]) -> float | None:
+    """Median of the second half: the run after learning started and settled."""
+    return statistics.median(values[len(values) // 2 :]) if values else None
+
+
+def run_figures(rows: list[dict[str, str]]) -> dict[str, float | None]:
+    """The real run's figures from Lightning's CSV metrics (medians of the second half)."""
+    samples = late_median(column(rows, "throughput/samples_per_s"))
+    keys = rows[0].keys() if rows else []
+
+    def per_collector(stage: str) -> float | None:
+        vals = [late_median(column(rows, k)) for k in keys if k.endswith(f"{stage}_ms_per_action")]
+        vals = [v for v in vals if v is not None]
+        return statistics.median(vals) if vals else None
+
+    return {
+        "samples_per_s": samples,
+        "batches_per_s": None if samples is None else samples / BATCH,
+        "transitions_per_s": late_median(column(rows, "throughput/transitions_per_s")),
+        "wait_share": late_median(column(rows, "throughput/learner_wait_share")),
+        "sample_share": late_median(column(rows, "throughput/learner_sample_share")),
+        "game_ms": per_collector("game_step"),
+        "inference_ms": per_collector("inference"),
+        "collectors": float(len([k for k in keys if k.endswith("inference_ms_per_action")])),
+    }
+
+
+def recipe_minutes(samples_per_s: float | None, transitions_per_s: float | None) -> float | None:
+    """Wall time of 5M actions learned at replay ratio 32: the slower of learning them
+    (5M x 32 samples) and collecting them."""
+    if not samples_per_s or not transitions_per_s:
+        return None
+    learn = LINESIGHT_ACTIONS * REPLAY_RATIO / samples_per_s
+    collect = LINESIGHT_ACTIONS / transitions_per_s
+    return max(learn, collect) / 60.0
+
+
+def fmt(v: float | None, spec: str = ",.0f") -> str:
+    return "n/a" if v is None else format(v, spec)
+
+
+def verdict(v: float | None, target: float, above: bool = True) -> str:
+    if v is None:
+        return "n/a"
+    return "met" if (v >= target if above else v < target) else "missed"
+
+
+def table(learner: dict, capacity: dict, run: dict, gpu: dict, device: str) -> str:
+    """The check's one table, markdown."""
+    best = max(learner.get("rows", []), key=lambda r: r["ours"], default=None)
+    bench_b = best["ours"] / best["batch"] if best else None
+    best_row = (
+        f"{best['precision']}, graph {'yes' if best['graph'] else 'no'}, frames on {best['frames']}"
+        if best
+        else "n/a"
+    )
+    cap = capacity.get("transitions_per_s")
+    minutes = recipe_minutes(run.get("samples_per_s"), run.get("transitions_per_s"))
+    t = TARGETS
+    lines = [
+        f"device: {device}",
+        "",
+        "| figure | value | target | |",
+        "|---|---|---|---|",
+        f"| bench_learner iqn_linesight, batch 512 ({best_row}) | {fmt(bench_b, ',.1f')} "
+        f"batches/s | >= {t['learner_bench']:.0f} | {verdict(bench_b, t['learner_bench'])} |",
+        f"| collection capacity, no learner | {fmt(cap)} transitions/s | >= "
+        f"{t['capacity']:,.0f} | {verdict(cap, t['capacity'])} |",
+        f"| - collector ms per car-action: game step / inference | "
+        f"{fmt(capacity.get('game_step_ms_per_action'), '.3f')} / "
+        f"{fmt(capacity.get('inference_ms_per_action'), '.3f')} | | |",
+        f"| real run: learner batches/s | {fmt(run.get('batches_per_s'), ',.1f')} | >= "
+        f"{t['run_batches']:.0f} | {verdict(run.get('batches_per_s'), t['run_batches'])} |",
+        f"| real run: samples/s learned | {fmt(run.get('samples_per_s'))} | | |",
+        f"| real run: transitions/s collected | {fmt(run.get('transitions_per_s'))} | | |",
+        f"| real run: learner_wait_share | {fmt(run.get('wait_share'), '.3f')} | < "
+        f"{t['wait_share']} | {verdict(run.get('wait_share'), t['wait_share'], above=False)} |",
+        f"| real run: learner_sample_share | {fmt(run.get('sample_share'), '.3f')} | | |",
+        f"| real run: collector ms per car-action, game step / inference "
+        f"({fmt(run.get('collectors'))} collectors) | {fmt(run.get('game_ms'), '.3f')} / "
+        f"{fmt(run.get('inference_ms'), '.3f')} | | |",
+        f"| real run: GPU busy (mean %, nvidia-smi) | {fmt(gpu.get('gpu_util'), '.0f')} | >= "
+        f"{t['gpu_util']:.0f} | {verdict(gpu.get('gpu_util'), t['gpu_util'])} |",
+        f"| real run: GPU memory (peak MiB) | {fmt(gpu.get('gpu_mem_mib'))} | | |",
+        f"| Linesight's 5M actions at replay ratio 32 (minutes, from the real run) | "
+        f"{fmt(minutes, '.1f')} | < {t['recipe_min']:.0f} | "
+        f"{verdict(minutes, t['recipe_min'], above=False)} |",
+    ]
+    return "\n".join(lines)
+
+
+def device_name(dry_run: bool) -> str:
+    import torch
+
+    if dry_run or not torch.cuda.is_available():
+        return f"cpu ({os.cpu_count()} cores), dry run"
+    return f"{torch.cuda.get_device_name()}, {os.cpu_count()} CPU cores, torch {torch.__version__}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, help="folder for the raw files (default: a temp dir)")
+    ap.add_argument("--train-s", type=float, default=180.0, help="seconds of the real run")
+    ap.add_argument("--dry-run", action="store_true", help="the same steps on the CPU, briefly")
+    args = ap.parse_args(argv)
+    import torch
+
+    if not args.dry_run and not torch.cuda.is_available():
+        print("gpu-check: no CUDA device here (torch sees none): run it on an NVIDIA GPU machine")
+        return 2
+    out = args.out or Path(tempfile.mkdtemp(prefix="trackmind-gpu-check-"))
+    out.mkdir(parents=True, exist_ok=True)
+    py, t0 = sys.executable, time.monotonic()
+    dev = "cpu" if args.dry_run else "cuda"
+    print(f"gpu-check on {device_name(args.dry_run)}; files in {out}", flush=True)
+
+    learner_json = out / "learner.json"
+    bench = [py, str(ROOT / "scripts" / "bench_learner.py"), "--devices", dev]
+    bench += ["--presets", "iqn_linesight", "--precision", "bf16", "--cuda-graph", "0", "1"]
+    bench += ["--prefetch", "1", "--threads", "4", "--json", str(learner_json)]
+    if args.dry_run:
+        bench += ["--repeats", "1", "--repeat-s", "0.2", "--transitions", "1500"]
+    else:
+        bench += ["--frames", "host", "device", "--repeats", "3", "--repeat-s", "1"]
+    run_step("learner rows", bench, 40 if args.dry_run else 110, out / "learner.txt")
+
+    recipe = ["experiment=linesight_gpu"]
+    if args.dry_run:  # the recipe on this CPU: no GPU trainer, collectors or graph
+        recipe += ["trainer.accelerator=cpu", "trainer.precision=32-true", "collector.device=cpu"]
+        recipe += ["learner.cuda_graph=false", "collector.processes=1", "learner.batch_size=32"]
+        recipe += ["buffer.learning_starts=500", "network=iqn_cpu"]
+    cap_json = out / "collectors.json"
+    cap = [py, str(ROOT / "scripts" / "bench_collectors.py"), "--backends", "local"]
+    cap += ["--json", str(cap_json), "--repeats", "1", *recipe]
+    cap += ["--seconds", "5", "--warmup", "2"] if args.dry_run else ["--seconds", "20"]
+    run_step("collection capacity", cap, 60 if args.dry_run else 100, out / "collectors.txt")
+
+    run_dir = out / "run"
+    train_s = 30.0 if args.dry_run else args.train_s
+    train = [py, str(ROOT / "scripts" / "train.py"), *recipe, f"trainer.max_time_s={train_s}"]
+    train += ["logger=csv", f"hydra.run.dir={run_dir}", "trainer.progress_bar=false"]
+    t_train = time.monotonic()
+    with GpuSampler() as sampler:
+        run_step("real run", train, train_s + 75, out / "train.txt")
+    gpu = sampler.summary(from_s=0.4 * (time.monotonic() - t_train))
+    metrics = read_metrics(run_dir / "csv" / "version_0" / "metrics.csv")
+
+    learner = json.loads(learner_json.read_text()) if learner_json.exists() else {}
+    capacity = json.loads(cap_json.read_text()).get("local", {}) if cap_json.exists() else {}
+    text = table(learner, capacity, run_figures(metrics), gpu, device_name(args.dry_run))
+    (out / "gpu_check.md").write_text(text + "\n")
+    print(f"\n{text}\n\ngpu-check took {time.monotonic() - t0:.0f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

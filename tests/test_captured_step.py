@@ -1,0 +1,175 @@
+"""learner.cuda_graph: the update a CUDA graph records, checked on the CPU.
+
+On a CPU CapturedStep runs IQNLightningModule.device_update eagerly, the very function the
+graph records on a GPU. It must take the same step as the eager learner (loss, clipping,
+RAdam), keep its figures on the device, and turn a non-finite loss into a zero-gradient
+step counted on the device, which NonFiniteGuard reads at logged steps.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from trackmind.agent.loss import NonFiniteGuard
+from trackmind.agent.network_config import build_network
+from trackmind.training.captured_step import CapturedStep
+from trackmind.training.module import GRAPH_INPUTS, IQNLightningModule, soft_update
+
+ROOT = Path(__file__).resolve().parents[1]
+FLOATS = 184
+
+
+def _module(**change) -> IQNLightningModule:
+    torch.manual_seed(0)
+    raw = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "network" / "iqn_floats.yaml"))
+    cfg = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "learner" / "iqn.yaml"))
+    return IQNLightningModule(build_network(raw, FLOATS, None), {**cfg, **change})
+
+
+def _batch(b: int = 16, seed: int = 1) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return {
+        "state_float": torch.randn(b, FLOATS, generator=g),
+        "next_state_float": torch.randn(b, FLOATS, generator=g),
+        "action": torch.randint(0, 12, (b,), generator=g),
+        "reward": torch.randn(b, generator=g),
+        "discount": torch.full((b,), 0.99),
+        "weights": torch.ones(b),
+        "indices": torch.arange(b),  # not a graph input: left out of the captured step
+    }
+
+
+def _plain_step(module: IQNLightningModule, opt, batch: dict) -> torch.Tensor:
+    """The eager learner's update written out: loss, backward, clip, step."""
+    loss, _, _ = module.compute_loss(batch)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(module.online_network.parameters(), module.cfg.grad_clip_norm)
+    opt.step()
+    return loss.detach()
+
+
+def _params(module: IQNLightningModule) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in module.online_network.parameters()]
+
+
+def test_device_update_takes_the_eager_step():
+    eager, graphed = _module(), _module(cuda_graph=True)
+    opt_e, opt_g = eager.configure_optimizers(), graphed.configure_optimizers()
+    graphed._raw_optimizer = opt_g
+    step = CapturedStep(graphed.device_update, GRAPH_INPUTS)
+    for i in range(3):
+        batch = _batch(seed=i)
+        torch.manual_seed(10 + i)
+        loss_e = _plain_step(eager, opt_e, batch)
+        torch.manual_seed(10 + i)
+        out = step(batch)
+        assert torch.equal(out["train/loss"], loss_e)
+        for a, b in zip(_params(eager), _params(graphed)):
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+    assert set(out) >= {"per_sample", "train/q_mean", "train/action_gap", "train/grad_norm_clipped"}
+    assert all(isinstance(v, torch.Tensor) for v in out.values())  # nothing read back yet
+    assert graphed._nonfinite.tolist() == [0, 0]
+    assert not step.captured  # a CPU never captures
+
+
+def test_a_non_finite_loss_is_a_zero_gradient_step_counted_on_the_device():
+    module = _module(cuda_graph=True)
+    module._raw_optimizer = module.configure_optimizers()
+    step = CapturedStep(module.device_update, GRAPH_INPUTS)
+    step(_batch(seed=0))
+    bad = _batch(seed=1)
+    bad["reward"][3] = float("nan")
+    before = _params(module)
+    out = step(bad)
+    assert torch.isnan(out["train/loss"])
+    assert all(torch.isfinite(p).all() for p in _params(module))
+    assert all(p.grad is not None and not p.grad.any() for p in module.online_network.parameters())
+    assert float(out["train/grad_norm_clipped"]) == 0.0
+    # a zero gradient still moves the weights by the decaying first moment, never to NaN
+    assert any(not torch.equal(a, b) for a, b in zip(before, _params(module)))
+    step(bad)
+    assert module._nonfinite.tolist() == [2, 2]
+    step(_batch(seed=2))
+    assert module._nonfinite.tolist() == [0, 2]  # a finite step ends the run
+
+
+def test_guard_reads_device_counts_and_stops_after_too_many_in_a_row():
+    guard = NonFiniteGuard(3)
+    guard.observe(2, 5)
+    assert (guard.in_a_row, guard.skipped) == (2, 5)
+    with pytest.raises(FloatingPointError, match="3 steps in a row"):
+        guard.observe(3, 6)
+
+
+def test_soft_update_is_lerp_value_by_value():
+    a, b = torch.nn.Linear(2, 1), torch.nn.Linear(2, 1)
+    with torch.no_grad():
+        a.weight.copy_(torch.tensor([[1.0, 2.0]]))
+        a.bias.fill_(0.0)
+        b.weight.copy_(torch.tensor([[3.0, -2.0]]))
+        b.bias.fill_(10.0)
+    soft_update(a, b, 0.25)  # 0.75 * a + 0.25 * b
+    assert a.weight.tolist() == [[1.5, 1.0]]
+    assert a.bias.tolist() == [2.5]
+
+
+def test_captured_step_needs_a_warmup():
+    with pytest.raises(ValueError, match="warm-up"):
+        CapturedStep(lambda b: {}, ("x",), warmup=0)
+
+
+def test_fp16_autocast_is_refused_with_the_key():
+    from trackmind.errors import ConfigError
+
+    module = _module(cuda_graph=True)
+
+    class _Opt:
+        param_groups: list = []
+
+    with torch.autocast("cpu", dtype=torch.float16), pytest.raises(ConfigError, match="cuda_graph"):
+        module._captured_update(_batch(), _Opt(), 1e-3)
+
+
+@pytest.mark.parametrize(
+    "accelerator, precision, cuda, error",
+    [
+        ("gpu", "bf16-mixed", True, None),
+        ("gpu", "32-true", True, None),
+        ("auto", "bf16-mixed", True, None),
+        ("gpu", "16-mixed", True, "32-true or bf16-mixed"),
+        ("cpu", "32-true", True, "a CUDA GPU learner"),
+        ("gpu", "bf16-mixed", False, "a CUDA GPU learner"),
+    ],
+)
+def test_cuda_graph_needs_a_cuda_learner_in_fp32_or_bf16(accelerator, precision, cuda, error):
+    from trackmind.errors import ConfigError
+    from trackmind.training.module import check_cuda_graph, learner_config
+
+    cfg = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "learner" / "iqn.yaml"))
+    check_cuda_graph(learner_config(cfg), "cpu", "16-mixed", False)  # off: anything goes
+    on = learner_config({**cfg, "cuda_graph": True})
+    if error is None:
+        check_cuda_graph(on, accelerator, precision, cuda)
+    else:
+        with pytest.raises(ConfigError, match=f"^learner.cuda_graph: .*{error}"):
+            check_cuda_graph(on, accelerator, precision, cuda)
+
+
+def test_gpu_check_without_cuda_says_so_in_one_line():
+    import subprocess
+    import sys
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "gpu_check.py")], capture_output=True, text=True
+    )
+    assert r.returncode == 2
+    lines = r.stdout.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpu-check: no CUDA device here")
+    assert r.stderr == ""
