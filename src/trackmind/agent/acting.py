@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Mapping
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -96,14 +97,21 @@ class FrozenGreedy:
             self._spare.append(self.nets.pop(v))
 
     def fill(
-        self, q: np.ndarray | torch.Tensor, img: torch.Tensor | None, floats: torch.Tensor
+        self,
+        q: np.ndarray | torch.Tensor,
+        img: torch.Tensor | None,
+        floats: torch.Tensor,
+        bound: np.ndarray | None = None,
     ) -> None:
         """Write the greedy cars' Q values (their frozen weights, midpoint taus) into `q`: a
-        numpy array, or a tensor on the networks' device (no host copy per version)."""
+        numpy array, or a tensor on the networks' device (no host copy per version).
+        `bound`: the versions of the batch's rows when they are not all cars (default)."""
+        bound = self.bound if bound is None else bound
         for v, net in self.nets.items():
-            cars = np.flatnonzero(self.bound == v)
-            values = cars_q_tensor(net, img, floats, cars, self.k, midpoint=True, cvar=self.cvar)
-            _put_rows(q, cars, values)
+            cars = np.flatnonzero(bound == v)
+            if len(cars):
+                values = cars_q_tensor(net, img, floats, cars, self.k, None, True, self.cvar)
+                _put_rows(q, cars, values)
 
     def _copy_of_live(self) -> InferenceNetwork:
         if self._spare:
@@ -113,6 +121,38 @@ class FrozenGreedy:
             net = make_inference_network(copy.deepcopy(self.live.net), mode)
         net.load_state_dict(self.live.net.state_dict())
         return net
+
+
+class RemoteQ(Protocol):
+    """Q values computed elsewhere, with BatchedPolicy's rule (training/inference_server.py)."""
+
+    def q_values(self, obs: dict, greedy: np.ndarray, started: np.ndarray) -> np.ndarray: ...
+
+    def race_version(self, car: int) -> int: ...
+
+
+def batch_q(
+    live: InferenceNetwork,
+    frozen: FrozenGreedy,
+    k: int,
+    gen: torch.Generator | None,
+    img: torch.Tensor | None,
+    floats: torch.Tensor,
+    cars: np.ndarray,
+    greedy: np.ndarray,
+) -> torch.Tensor:
+    """Q values (len(cars), A) on the batch's device for the cars whose observations are the
+    rows of img/floats, `cars` their indices in `frozen` and `greedy`: exploring cars from the
+    live weights (random taus), greedy ones from the frozen copy of their race's version."""
+    explore = np.flatnonzero(~greedy[cars])
+    with torch.inference_mode():
+        if len(explore) == len(cars):  # no greedy race: the batch's Q values as they are
+            return cars_q_tensor(live, img, floats, explore, k, gen)
+        q = torch.empty((len(cars), live.net.n_actions), dtype=torch.float32, device=floats.device)
+        if len(explore):
+            _put_rows(q, explore, cars_q_tensor(live, img, floats, explore, k, gen))
+        frozen.fill(q, img, floats, frozen.bound[cars])
+        return q
 
 
 class BatchedPolicy:
@@ -125,30 +165,40 @@ class BatchedPolicy:
 
     def __init__(
         self,
-        live: InferenceNetwork,
+        live: InferenceNetwork | None,
         explorer: Exploration,
         k_taus: int,
         n_cars: int,
         seed: int,
         frames: Callable[[], int],
         greedy_cvar: float = 1.0,
+        remote: RemoteQ | None = None,
     ) -> None:
+        self.remote = remote  # Q values from an inference server instead of `live`
         self.live = live
         self.explorer = explorer
         self.k = int(k_taus)
         self.frames = frames
-        self.frozen = FrozenGreedy(live, k_taus, n_cars, greedy_cvar)
         self.hold = ActionHold(n_cars)  # temporally extended random actions (exploration)
         self.rng = np.random.default_rng(seed)
-        self.device = network_device(live.net)
-        self.gen = torch.Generator(device=self.device).manual_seed(seed)
+        if live is not None:
+            self.frozen = FrozenGreedy(live, k_taus, n_cars, greedy_cvar)
+            self.device = network_device(live.net)
+            self.gen = torch.Generator(device=self.device).manual_seed(seed)
 
     @classmethod
     def from_config(
-        cls, cfg: Mapping, live: InferenceNetwork, n_cars: int, seed: int, frames: Callable[[], int]
+        cls,
+        cfg: Mapping,
+        live: InferenceNetwork | None,
+        n_cars: int,
+        seed: int,
+        frames: Callable[[], int],
+        remote: RemoteQ | None = None,
     ) -> BatchedPolicy:
         """A collector's policy from the run's config (exploration, network's inference taus
-        and greedy_cvar), as local collectors and Ray workers build it."""
+        and greedy_cvar), as local collectors and Ray workers build it; with `remote` (and no
+        `live` network) an inference server computes the Q values."""
         return cls(
             live,
             build_exploration(cfg["exploration"]),
@@ -157,25 +207,20 @@ class BatchedPolicy:
             seed,
             frames,
             greedy_cvar=float(cfg["network"].get("greedy_cvar", 1.0)),
+            remote=remote,
         )
 
     def act(self, obs: dict, greedy: np.ndarray, started: np.ndarray, version: int):
         """(actions, q_values, was_greedy); `version` is the live weights' version."""
-        self.frozen.update(greedy, started, version)
-        img = self._to_device(obs["frame"]) if "frame" in obs else None
-        floats = self._to_device(obs[FLOATS])
-        explore = np.flatnonzero(~greedy)
-        with torch.inference_mode():
-            if len(explore) == len(greedy):  # no greedy race: the batch's Q values as they are
-                q_dev = cars_q_tensor(self.live, img, floats, explore, self.k, self.gen)
-            else:
-                shape = (len(greedy), self.live.net.n_actions)
-                q_dev = torch.empty(shape, dtype=torch.float32, device=self.device)
-                if len(explore):
-                    values = cars_q_tensor(self.live, img, floats, explore, self.k, self.gen)
-                    _put_rows(q_dev, explore, values)
-                self.frozen.fill(q_dev, img, floats)
-            q = q_dev.cpu().numpy()  # one copy to the host per step (none on the CPU)
+        if self.remote is not None:  # an inference server computes them (inference_server.py)
+            q = self.remote.q_values(obs, greedy, started)
+        else:
+            self.frozen.update(greedy, started, version)
+            img = self._to_device(obs["frame"]) if "frame" in obs else None
+            floats = self._to_device(obs[FLOATS])
+            cars = np.arange(len(greedy))
+            q = batch_q(self.live, self.frozen, self.k, self.gen, img, floats, cars, greedy)
+            q = q.cpu().numpy()  # one copy to the host per step (none on the CPU)
         self.hold.release(np.flatnonzero(started))
         params = self.explorer.params(self.frames())
         actions, was_greedy = select_actions(q, params, self.rng, self.hold)
@@ -189,5 +234,7 @@ class BatchedPolicy:
 
     def race_version(self, car: int, live_version: int) -> int:
         """The weights version to record for the race `car` just ended (before the next act)."""
+        if self.remote is not None:
+            return self.remote.race_version(car)
         v = int(self.frozen.bound[car])
         return v if v >= 0 else int(live_version)

@@ -80,6 +80,12 @@ class RayCollectorConfig(CollectorConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        require(
+            self.inference == "process",
+            "collector.inference",
+            "server is for local collectors: a Ray worker batches its games' cars itself "
+            "(envs_per_worker)",
+        )
         int_at_least(self.envs_per_worker, 1, "collector.envs_per_worker")
         int_at_least(self.max_staleness, 0, "collector.max_staleness")
         int_at_least(self.cpus_per_worker, 1, "collector.cpus_per_worker")

@@ -25,6 +25,7 @@ import torch
 
 from trackmind.env.rollout_results import pack_rollout
 from trackmind.queueing import CollectorError, CollectorStats, RaceFile, put_until_stopped
+from trackmind.training.inference_server import RemoteQ, ServerLink
 from trackmind.training.shared import CollectorLink, pull_weights, write_spool
 
 
@@ -46,12 +47,15 @@ def _put(shared: CollectorLink, msg: Any, parent: int) -> bool:
     return put_until_stopped(shared.queue, msg, _StopOrOrphaned(shared, parent))
 
 
-def collector_process_fn(cfg: dict, idx: int, shared: CollectorLink, seed: int) -> None:
-    """Entry point of a collector process (spawned; `cfg` is the resolved config dict)."""
+def collector_process_fn(
+    cfg: dict, idx: int, shared: CollectorLink, seed: int, server: ServerLink | None = None
+) -> None:
+    """Entry point of a collector process (spawned; `cfg` is the resolved config dict).
+    With `server`, an inference server computes its Q values (collector.inference=server)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent = os.getppid()
     try:
-        _run(cfg, idx, shared, seed, parent)
+        _run(cfg, idx, shared, seed, parent, server)
     except Exception:
         _put(shared, CollectorError(idx, traceback.format_exc()), parent)
         raise
@@ -71,13 +75,17 @@ class AgentWeights:
     """The collector's copy of the shared weights: pulled every `every` actions and at race
     ends, so a collector acts at most `every` actions behind the learner."""
 
-    def __init__(self, shared: CollectorLink, net: torch.nn.Module, version: int, every: int):
+    def __init__(
+        self, shared: CollectorLink, net: torch.nn.Module | None, version: int, every: int
+    ) -> None:
         self.shared, self.net, self.version, self.every = shared, net, version, every
         self.since_refresh = 0
 
     def refresh(self) -> int:
-        """Pull newer weights if there are any; the version acted with from now on."""
-        self.version = pull_weights(self.shared, self.net, self.version)
+        """Pull newer weights if there are any; the version acted with from now on. Without
+        a network (an inference server acts for this collector) there is nothing to pull."""
+        if self.net is not None:
+            self.version = pull_weights(self.shared, self.net, self.version)
         self.since_refresh = 0
         return self.version
 
@@ -94,7 +102,14 @@ def _should_stop(shared: CollectorLink, parent: int) -> bool:
     return shared.stop.is_set() or os.getppid() != parent
 
 
-def _run(cfg: dict, idx: int, shared: CollectorLink, seed: int, parent: int) -> None:
+def _run(
+    cfg: dict,
+    idx: int,
+    shared: CollectorLink,
+    seed: int,
+    parent: int,
+    server: ServerLink | None = None,
+) -> None:
     from trackmind.agent.acting import BatchedPolicy
     from trackmind.agent.device import resolve_device
     from trackmind.agent.inference import make_inference_network
@@ -105,20 +120,26 @@ def _run(cfg: dict, idx: int, shared: CollectorLink, seed: int, parent: int) -> 
     ccfg = cfg["collector"]
     torch.set_num_threads(int(ccfg.get("torch_threads", 1)))
     race, cycle, net = build_collector_parts(cfg, n_cars=int(ccfg["cars_per_process"]), offset=idx)
-    net.to(resolve_device(ccfg.get("device", "auto"), torch.cuda.is_available()))
-    version = pull_weights(shared, net, -1)
-    infer = make_inference_network(net, cfg["network"].get("compile", "none"))
+    stop = partial(_should_stop, shared, parent)
+    if server is not None:  # the server holds the weights: this process never pulls them
+        remote = RemoteQ(server, idx, stop)
+        infer, weights = None, AgentWeights(shared, None, -1, 0)
+    else:
+        remote = None
+        net.to(resolve_device(ccfg.get("device", "auto"), torch.cuda.is_available()))
+        version = pull_weights(shared, net, -1)
+        infer = make_inference_network(net, cfg["network"].get("compile", "none"))
+        weights = AgentWeights(shared, infer.net, version, int(ccfg["refresh_every_actions"]))
     acting = BatchedPolicy.from_config(
-        cfg, infer, race.n_cars, seed, frames=lambda: shared.frames.value
+        cfg, infer, race.n_cars, seed, frames=lambda: shared.frames.value, remote=remote
     )
-    weights = AgentWeights(shared, infer.net, version, int(ccfg["refresh_every_actions"]))
     gim = GameInstanceManager(race, cycle, starts=make_start_bank(cfg["exploration"], seed))
 
     def policy(obs: dict[str, Any], greedy: np.ndarray):
         return acting.act(obs, greedy, gim.started, weights.tick())
 
     last_stats = time.monotonic()
-    for seq, r in enumerate(gim.races(policy, partial(_should_stop, shared, parent))):
+    for seq, r in enumerate(gim.races(policy, stop)):
         r["collector"] = idx
         r["weights_version"] = acting.race_version(r["car"], weights.version)
         with shared.frames.get_lock():

@@ -8,14 +8,18 @@ parent, so none outlives the learner even after a kill -9.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
+import torch
+
 from trackmind.backends import COLLECTOR_POOLS, choose, load
 from trackmind.training.collector import collector_process_fn
-from trackmind.training.shared import SharedHandles, spawn_context
+from trackmind.training.inference_server import make_server_link, server_process_fn
+from trackmind.training.shared import SharedHandles, shared_device, spawn_context
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +54,9 @@ class CollectorPool(Protocol):
 
 
 class LocalCollectorPool:
-    """K collector processes on this machine sharing one SharedHandles bundle."""
+    """K collector processes on this machine sharing one SharedHandles bundle; with
+    collector.inference=server, one more process (index K) computes every collector's Q
+    values (training/inference_server.py) and is watched and restarted like a collector."""
 
     def __init__(
         self, cfg: dict, shared: SharedHandles, n_processes: int, max_restarts: int, seed: int = 0
@@ -60,7 +66,12 @@ class LocalCollectorPool:
         self.n = int(n_processes)
         self.max_restarts = int(max_restarts)
         self.seed = int(seed)
-        self.procs: list[Any] = [None] * self.n
+        ccfg = cfg["collector"]
+        self.server = None  # the inference server's link, when collectors use one
+        if ccfg.get("inference", "process") == "server":
+            cars = int(ccfg["cars_per_process"])
+            self.server = make_server_link(shared.network, self.n, cars, spawn_context())
+        self.procs: list[Any] = [None] * (self.n + (self.server is not None))
         self.restarts = 0
         self.deaths: list[tuple[int, int | None]] = []  # (collector, exit code)
         self.on_restart: Callable[[int], None] | None = None  # told the index after a restart
@@ -69,21 +80,27 @@ class LocalCollectorPool:
 
     def _spawn(self, idx: int) -> None:
         seed = self.seed * 1000 + idx * 17 + self.restarts
-        p = self._ctx.Process(
-            target=collector_process_fn,
-            args=(self.cfg, idx, self.shared.link(idx), seed),
-            name=f"trackmind-collector-{idx}",
-            daemon=True,
-        )
+        link = self.shared.link(idx)
+        if self.server is not None and idx == self.n:  # the inference server
+            device = shared_device(self.cfg["collector"], torch.cuda.is_available())
+            target, args = server_process_fn, (self.cfg, self.server, link, device, seed)
+            name = "trackmind-inference-server"
+        else:  # a collector; one that asks the server never opens the (GPU) shared network
+            if self.server is not None:
+                link = dataclasses.replace(link, network=None)
+            target, args = collector_process_fn, (self.cfg, idx, link, seed, self.server)
+            name = f"trackmind-collector-{idx}"
+        p = self._ctx.Process(target=target, args=args, name=name, daemon=True)
         p.start()
         self.procs[idx] = p
 
     def start(self) -> None:
         self.shared.stop.clear()
-        for i in range(self.n):
+        for i in range(len(self.procs)):
             self._spawn(i)
         self._started = True
-        log.info("started %d collector process(es)", self.n)
+        server = " and an inference server" if self.server is not None else ""
+        log.info("started %d collector process(es)%s", self.n, server)
 
     def check(self) -> list[int]:
         """Restart collectors that died; returns the indices restarted."""
@@ -109,7 +126,8 @@ class LocalCollectorPool:
         return restarted
 
     def alive(self) -> int:
-        return sum(1 for p in self.procs if p is not None and p.is_alive())
+        """Collector processes alive (the inference server is not counted)."""
+        return sum(1 for p in self.procs[: self.n] if p is not None and p.is_alive())
 
     def pids(self) -> list[int]:
         return [p.pid for p in self.procs if p is not None]

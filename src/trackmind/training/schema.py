@@ -10,6 +10,7 @@ anything starts.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -118,6 +119,15 @@ class CheckpointConfig:
         )
 
 
+INFERENCE_LAYOUTS = ("process", "server")
+LEARNER_CORES = 3  # the learner's main thread, its batch-prefetch thread, the inference server
+
+
+def auto_processes(cores: int) -> int:
+    """collector.processes=auto: one collector per core the learner leaves free, at least 1."""
+    return max(1, int(cores) - LEARNER_CORES)
+
+
 def int_at_least(value: int, low: int, key: str) -> None:
     require(value >= low, key, f"must be an integer >= {low}, got {value!r}")
 
@@ -128,18 +138,33 @@ class CollectorConfig:
     live): LocalCollectorPool's processes and what each collector runs."""
 
     backend: str = MISSING  # local | ray (distributed.config.RayCollectorConfig)
-    processes: int = MISSING
+    processes: Any = MISSING  # an integer >= 1, or auto: one per CPU core the learner leaves
     cars_per_process: int = MISSING
     refresh_every_actions: int = MISSING
     queue_size: int = MISSING
     torch_threads: int = MISSING
     max_restarts: int = MISSING
     device: str = "auto"  # inference: auto (cuda when there is a GPU) | cpu | cuda
+    # process: each collector runs its own network; server: one process runs every
+    # collector's cars in one batch (training/inference_server.py)
+    inference: str = "process"
 
     def __post_init__(self) -> None:
         from trackmind.agent.device import check_device_name
 
         check_device_name(self.device, "collector.device")
+        require(
+            self.inference in INFERENCE_LAYOUTS,
+            "collector.inference",
+            f"must be one of {', '.join(INFERENCE_LAYOUTS)}, got {self.inference!r}",
+        )
+        if self.processes == "auto":
+            self.processes = auto_processes(os.cpu_count() or 1)
+        require(
+            isinstance(self.processes, int) and not isinstance(self.processes, bool),
+            "collector.processes",
+            f"must be an integer >= 1 or auto, got {self.processes!r}",
+        )
         for name in (
             "processes",
             "cars_per_process",

@@ -1,0 +1,192 @@
+"""The inference server (collector.inference=server): one process computes the Q values of
+every local collector's cars on the GPU, in one batch.
+
+With one network per collector process (collector.inference=process, Linesight's layout) each
+process opens its own CUDA context, and the GPU time-slices between the contexts: measured on
+an H100 with 12 processes of 32 cars, a collector's inference took 3-6 times longer than with
+4 processes. As in SEED RL's central inference, the collectors here never touch the GPU: each
+writes its cars' observations into its rows of shared host tensors, raises its pending flag
+and waits; the server takes every pending collector at once (they pile up while it computes,
+so batches grow with the load), runs one forward for all exploring cars and one per frozen
+greedy version (acting.batch_q, the rule a collector applies alone), and writes the Q values
+back. Exploration (epsilon, Boltzmann, action holds) stays in the collectors.
+
+The server pulls the shared weights whenever their version moves, so collectors act on
+weights at least as fresh as with refresh_every_actions; each collector's greedy races stay
+bound to the version they started with, as acting.FrozenGreedy keeps them.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import signal
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from trackmind.env.observations import FLOATS
+from trackmind.training.shared import CollectorLink, pull_weights
+
+log = logging.getLogger(__name__)
+WAIT_S = 0.5  # how often a waiting side looks at the stop flag
+
+
+@dataclass
+class ServerLink:
+    """Shared host tensors (rows: collector i owns rows i*cars .. (i+1)*cars - 1) and the
+    flags and events of requests and answers. Picklable into spawned processes."""
+
+    cars: int  # cars per collector
+    frames: torch.Tensor  # (n * cars, *image_shape) uint8, or (n * cars, 0) without images
+    floats: torch.Tensor  # (n * cars, F) float32
+    greedy: torch.Tensor  # (n * cars,) bool: the car races greedily (evaluation)
+    started: torch.Tensor  # (n * cars,) bool: its race began at the last step
+    q: torch.Tensor  # (n * cars, A) float32: the answer
+    bound: torch.Tensor  # (n * cars,) int64: the weights version of a greedy race, or -1
+    version: torch.Tensor  # (n,) int64: the live weights version of each collector's answer
+    pending: torch.Tensor  # (n,) int8: collector i waits for an answer
+    requests: Any  # mp.Semaphore: released once per request
+    answers: list  # mp.Event per collector: its answer is written
+
+    def rows(self, i: int) -> slice:
+        return slice(i * self.cars, (i + 1) * self.cars)
+
+
+def make_server_link(network: torch.nn.Module, n_collectors: int, cars: int, ctx) -> ServerLink:
+    """The shared tensors for `n_collectors` collectors of `cars` cars, shaped for `network`."""
+    n = n_collectors * cars
+    image = tuple(network.image_shape) if network.image_shape is not None else (0,)
+
+    def shared(*shape: int, dtype: torch.dtype) -> torch.Tensor:
+        return torch.zeros(shape, dtype=dtype).share_memory_()
+
+    return ServerLink(
+        cars=int(cars),
+        frames=shared(n, *image, dtype=torch.uint8),
+        floats=shared(n, int(network.float_dim), dtype=torch.float32),
+        greedy=shared(n, dtype=torch.bool),
+        started=shared(n, dtype=torch.bool),
+        q=shared(n, int(network.n_actions), dtype=torch.float32),
+        bound=torch.full((n,), -1, dtype=torch.int64).share_memory_(),
+        version=shared(n_collectors, dtype=torch.int64),
+        pending=shared(n_collectors, dtype=torch.int8),
+        requests=ctx.Semaphore(0),
+        answers=[ctx.Event() for _ in range(n_collectors)],
+    )
+
+
+class RemoteQ:
+    """A collector's side (acting.RemoteQ): its cars' observations in, their Q values out."""
+
+    def __init__(self, link: ServerLink, index: int, should_stop) -> None:
+        self.link, self.index, self.should_stop = link, int(index), should_stop
+        self.rows = link.rows(index)
+
+    def q_values(self, obs: dict, greedy: np.ndarray, started: np.ndarray) -> np.ndarray:
+        """Q values (cars, A) from the server; zeros if the run stops while waiting."""
+        link, r = self.link, self.rows
+        if "frame" in obs:
+            link.frames[r].copy_(torch.from_numpy(obs["frame"]))
+        link.floats[r].copy_(torch.from_numpy(obs[FLOATS]))
+        link.greedy[r].copy_(torch.from_numpy(np.asarray(greedy, bool)))
+        link.started[r].copy_(torch.from_numpy(np.asarray(started, bool)))
+        answer = link.answers[self.index]
+        answer.clear()
+        link.pending[self.index] = 1
+        link.requests.release()
+        while not answer.wait(WAIT_S):
+            if self.should_stop():  # the race loop ends at its next look at the flag
+                return np.zeros(tuple(link.q[r].shape), np.float32)
+        return link.q[r].numpy().copy()
+
+    def race_version(self, car: int) -> int:
+        """The version a race of `car` ran on: its greedy race's, else the live one's."""
+        v = int(self.link.bound[self.rows][car])
+        return v if v >= 0 else int(self.link.version[self.index])
+
+
+def server_process_fn(
+    cfg: dict, link: ServerLink, shared: CollectorLink, device: str, seed: int
+) -> None:
+    """Entry point of the server process (spawned): answers until the stop flag or the
+    learner's death; an error goes to the learner's log as the collectors' would."""
+    from trackmind.queueing import CollectorError, put_until_stopped
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parent = os.getppid()
+
+    def should_stop() -> bool:
+        return shared.stop.is_set() or os.getppid() != parent
+
+    try:
+        InferenceServer(cfg, link, shared, device, seed).serve(should_stop)
+    except Exception:
+        put_until_stopped(shared.queue, CollectorError(-1, traceback.format_exc()), shared.stop)
+        raise
+    finally:
+        shared.network = None  # type: ignore[assignment]  # give CUDA IPC views back
+
+
+class InferenceServer:
+    """The server's state: the live network on `device`, frozen greedy copies, and which
+    cars race greedily (all collectors' cars, in the link's row order)."""
+
+    def __init__(
+        self, cfg: dict, link: ServerLink, shared: CollectorLink, device: str, seed: int
+    ) -> None:
+        from trackmind.agent.acting import FrozenGreedy
+        from trackmind.agent.inference import make_inference_network
+
+        torch.set_num_threads(int(cfg["collector"].get("torch_threads", 1)))
+        self.link, self.shared = link, shared
+        self.device = torch.device(device)
+        net = copy.deepcopy(shared.network).to(self.device)
+        self.version = pull_weights(shared, net, -1)
+        self.live = make_inference_network(net, cfg["network"].get("compile", "none"))
+        n_cars = len(link.greedy)
+        self.k = int(cfg["network"]["n_quantiles_inference"])
+        cvar = float(cfg["network"].get("greedy_cvar", 1.0))
+        self.frozen = FrozenGreedy(self.live, self.k, n_cars, cvar)
+        self.gen = torch.Generator(device=self.device).manual_seed(int(seed))
+        self.greedy = np.zeros(n_cars, bool)
+        self.batches = 0
+
+    def serve(self, should_stop) -> None:
+        link = self.link
+        while not should_stop():
+            # a timeout still looks at the flags: a restarted server finds the requests its
+            # predecessor took the semaphore for but never answered
+            link.requests.acquire(timeout=WAIT_S)
+            waiting = np.flatnonzero(link.pending.numpy())
+            if len(waiting):  # an extra release (answered in an earlier batch) finds none
+                link.pending[torch.from_numpy(waiting)] = 0
+                self.answer(waiting)
+
+    def answer(self, collectors: np.ndarray) -> None:
+        """One batch: the Q values of every car of `collectors`, written to their rows."""
+        from trackmind.agent.acting import batch_q
+
+        link = self.link
+        self.version = pull_weights(self.shared, self.live.net, self.version)
+        cars = (collectors[:, None] * link.cars + np.arange(link.cars)).ravel()
+        rows = torch.from_numpy(cars)
+        started = np.zeros(len(self.greedy), bool)
+        self.greedy[cars] = link.greedy[rows].numpy()
+        started[cars] = link.started[rows].numpy()
+        self.frozen.update(self.greedy, started, self.version)
+        img = None
+        if self.live.net.image_shape is not None:
+            img = link.frames[rows].to(self.device, non_blocking=True)
+        floats = link.floats[rows].to(self.device, non_blocking=True)
+        q = batch_q(self.live, self.frozen, self.k, self.gen, img, floats, cars, self.greedy)
+        link.q[rows] = q.cpu()
+        link.bound[rows] = torch.from_numpy(self.frozen.bound[cars])
+        link.version[torch.from_numpy(collectors)] = self.version
+        for i in collectors:
+            link.answers[int(i)].set()
+        self.batches += 1

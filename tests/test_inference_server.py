@@ -1,0 +1,128 @@
+"""collector.inference=server: one process computes every collector's Q values.
+
+The server's answer for a batch of several collectors equals what each collector's own rule
+(acting.batch_q: live weights for exploring cars, the frozen midpoint copy for greedy ones)
+gives; a real pool of spawned processes (the server and two collectors, on the CPU) delivers
+races dated with the published weights version; a Ray fleet refuses the layout.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from trackmind.agent.acting import FrozenGreedy, batch_q
+from trackmind.agent.inference import make_inference_network
+from trackmind.errors import ConfigError
+from trackmind.training.factory import build_network_from, plan_run
+from trackmind.training.inference_server import (
+    InferenceServer,
+    RemoteQ,
+    make_server_link,
+)
+from trackmind.training.schema import auto_processes
+from trackmind.training.shared import make_shared, publish_weights, spawn_context
+
+ROOT = Path(__file__).resolve().parents[1]
+CYCLE = "map.cycle=[{map: starter, exploration: 1, greedy: 1}]"
+
+
+def _plan(*overrides: str):
+    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
+        cfg = compose("train", overrides=["debug=smoke", CYCLE, *overrides])
+    return plan_run(cfg)
+
+
+def _net(plan):
+    return build_network_from(
+        plan.cfg, plan.frame_shape, plan.float_dim, plan.float_mean, plan.float_std
+    )
+
+
+def test_one_batch_for_several_collectors_is_each_collectors_own_rule():
+    plan = _plan("network=iqn_cpu", "collector.device=cpu")
+    cfg = plan.cfg
+    torch.manual_seed(0)
+    shared = make_shared(_net(plan), 4, "cpu")
+    try:
+        publish_weights(shared, _net(plan))
+        cars = 3
+        link = make_server_link(shared.network, 3, cars, spawn_context())
+        server = InferenceServer(cfg, link, shared.link(3), "cpu", seed=7)
+        rng = np.random.default_rng(0)
+        n = 3 * cars
+        link.frames.copy_(torch.from_numpy(rng.integers(0, 256, link.frames.shape, np.uint8)))
+        link.floats.copy_(torch.from_numpy(rng.standard_normal(link.floats.shape, np.float32)))
+        greedy = np.array([0, 1, 0, 0, 0, 0, 1, 1, 0], bool)
+        link.greedy.copy_(torch.from_numpy(greedy))
+        link.started.fill_(True)
+        asked = np.array([0, 2])  # collector 1 is not waiting
+        server.answer(asked)
+
+        rows = np.r_[0:3, 6:9]
+        live = make_inference_network(_net(plan))
+        live.net.load_state_dict(shared.network.state_dict())
+        k = int(cfg["network"]["n_quantiles_inference"])
+        frozen = FrozenGreedy(live, k, n)
+        frozen.update(greedy & np.isin(np.arange(n), rows), np.ones(n, bool), 1)
+        gen = torch.Generator().manual_seed(7)
+        img, floats = link.frames[torch.from_numpy(rows)], link.floats[torch.from_numpy(rows)]
+        want = batch_q(live, frozen, k, gen, img, floats, rows, greedy)
+        assert torch.equal(link.q[torch.from_numpy(rows)], want)
+        assert not link.q[3:6].any()  # nobody asked for collector 1's cars
+        assert link.bound.tolist() == [-1, 1, -1, -1, -1, -1, 1, 1, -1]
+        assert link.version.tolist() == [1, 0, 1]
+        assert [e.is_set() for e in link.answers] == [True, False, True]
+        remote = RemoteQ(link, 2, lambda: True)
+        assert remote.race_version(0) == 1 and remote.race_version(2) == 1  # live, greedy
+    finally:
+        shared.cleanup()
+
+
+def test_a_pool_with_a_server_delivers_races_with_the_published_version():
+    from trackmind.queueing import RaceFile
+    from trackmind.training.pool import LocalCollectorPool
+    from trackmind.training.shared import read_spool
+
+    plan = _plan("collector.device=cpu", "collector.inference=server", "collector.processes=2")
+    cfg = plan.cfg
+    shared = make_shared(_net(plan), 8, "cpu")
+    pool = LocalCollectorPool(cfg, shared, 2, max_restarts=0)
+    try:
+        assert publish_weights(shared, _net(plan)) == 1
+        pool.start()
+        assert len(pool.pids()) == 3 and pool.alive() == 2  # the server is not a collector
+        seen: set[int] = set()
+        deadline = time.monotonic() + 120
+        while len(seen) < 2 and time.monotonic() < deadline:
+            for q in shared.queues:
+                try:
+                    msg = q.get(timeout=0.2)
+                except Exception:
+                    continue
+                if isinstance(msg, RaceFile):
+                    race = read_spool(msg.path)
+                    assert race["weights_version"] == 1
+                    seen.add(race["collector"])
+            assert pool.check() == []
+        assert seen == {0, 1}
+    finally:
+        pool.stop()
+
+
+def test_ray_refuses_the_server_layout_naming_the_key():
+    with pytest.raises(ConfigError, match="^collector.inference: server is for local"):
+        _plan("collector=ray", "collector.inference=server")
+
+
+def test_unknown_layout_and_auto_processes():
+    with pytest.raises(ConfigError, match="^collector.inference: must be one of process, server"):
+        _plan("collector.inference=central")
+    assert [auto_processes(c) for c in (1, 2, 4, 16)] == [1, 1, 1, 13]
+    plan = _plan("collector.processes=auto")
+    assert plan.cfg["collector"]["processes"] == auto_processes(__import__("os").cpu_count())
