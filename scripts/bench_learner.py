@@ -348,6 +348,7 @@ def bench_preset(name: str, devices: list[str], args, learner: dict) -> list[dic
                 "compile": mode,
                 "prefetch": prefetch,
                 "graph": graph,
+                "graph_failed": ours.captured.failed if ours.captured is not None else None,
                 "frames": frames,
                 "batch": args.batch,
                 "ours": args.batch / statistics.median(ours_s),
@@ -432,7 +433,7 @@ def print_table(rows: list[dict], args) -> None:
         frame = f"{r['bytes'] / r['frame_bytes']:.2f}" if r["frame_bytes"] else "no frame"
         print(
             f"| {r['preset']} | {r['device']} | {r['precision']} | {r['compile']} "
-            f"| {'yes' if r['graph'] else 'no'} | {r['frames']} "
+            f"| {graph_label(r)} | {r['frames']} "
             f"| {r['prefetch']} | {r['ours']:,.0f} | {r['ours'] / args.batch:,.1f} "
             f"| {r['ref']:,.0f} "
             f"| {r['ours'] / r['ref']:.2f} | {100 * r['share']:.1f}% | {r['bytes']:,.0f} "
@@ -443,6 +444,15 @@ def print_table(rows: list[dict], args) -> None:
             f"{r['preset']} {r['device']}: buffer of {r['transitions']:,} transitions, "
             f"{r['steps']} steps a repeat"
         )
+        if r.get("graph_failed"):
+            print(f"  CUDA graph capture failed: {r['graph_failed']}")
+
+
+def graph_label(row: dict) -> str:
+    """yes (captured), no (eager), or failed (capture failed: the step ran eagerly)."""
+    if not row["graph"]:
+        return "no"
+    return "failed" if row.get("graph_failed") else "yes"
 
 
 def device_names(devices: list[str]) -> str:

@@ -8,9 +8,10 @@ Three measurements, each a subprocess with its own time limit, so the whole chec
 inside 8 minutes:
 1. bench_learner.py, iqn_linesight at batch 512 in bf16: eager and captured (CUDA graph),
    frames in host memory and on the GPU;
-2. bench_collectors.py, local backend, the GPU recipe's collectors with no learner: the
+2. bench_collectors.py, local backend, the GPU recipe's collectors with no learner, once per
+   inference layout (a network per collector process, one inference server for all): the
    collection capacity, with each collector's ms per car-action split into game step and
-   inference;
+   inference (for the server: the wait for its answer);
 3. train.py experiment=linesight_gpu for --train-s seconds (CSV logger), with nvidia-smi
    sampling GPU utilisation and memory beside it.
 The table that ends the output holds the figures issue "The GPU box at full speed" asks for,
@@ -126,7 +127,7 @@ def late_median(values: list[float]) -> float | None:
     return statistics.median(values[len(values) // 2 :]) if values else None
 
 
-def run_figures(rows: list[dict[str, str]]) -> dict[str, float | None]:
+def run_figures(rows: list[dict[str, str]], batch: int) -> dict[str, float | None]:
     """The real run's figures from Lightning's CSV metrics (medians of the second half)."""
     samples = late_median(column(rows, "throughput/samples_per_s"))
     keys = rows[0].keys() if rows else []
@@ -138,7 +139,7 @@ def run_figures(rows: list[dict[str, str]]) -> dict[str, float | None]:
 
     return {
         "samples_per_s": samples,
-        "batches_per_s": None if samples is None else samples / BATCH,
+        "batches_per_s": None if samples is None else samples / batch,
         "transitions_per_s": late_median(column(rows, "throughput/transitions_per_s")),
         "wait_share": late_median(column(rows, "throughput/learner_wait_share")),
         "sample_share": late_median(column(rows, "throughput/learner_sample_share")),
@@ -168,16 +169,8 @@ def verdict(v: float | None, target: float, above: bool = True) -> str:
     return "met" if (v >= target if above else v < target) else "missed"
 
 
-def table(learner: dict, capacity: dict, run: dict, gpu: dict, device: str) -> str:
+def table(learner: dict, capacity: dict[str, dict], run: dict, gpu: dict, device: str) -> str:
     """The check's one table, markdown."""
-    best = max(learner.get("rows", []), key=lambda r: r["ours"], default=None)
-    bench_b = best["ours"] / best["batch"] if best else None
-    best_row = (
-        f"{best['precision']}, graph {'yes' if best['graph'] else 'no'}, frames on {best['frames']}"
-        if best
-        else "n/a"
-    )
-    cap = capacity.get("transitions_per_s")
     minutes = recipe_minutes(run.get("samples_per_s"), run.get("transitions_per_s"))
     t = TARGETS
     lines = [
@@ -185,13 +178,26 @@ def table(learner: dict, capacity: dict, run: dict, gpu: dict, device: str) -> s
         "",
         "| figure | value | target | |",
         "|---|---|---|---|",
-        f"| bench_learner iqn_linesight, batch 512 ({best_row}) | {fmt(bench_b, ',.1f')} "
-        f"batches/s | >= {t['learner_bench']:.0f} | {verdict(bench_b, t['learner_bench'])} |",
-        f"| collection capacity, no learner | {fmt(cap)} transitions/s | >= "
-        f"{t['capacity']:,.0f} | {verdict(cap, t['capacity'])} |",
-        f"| - collector ms per car-action: game step / inference | "
-        f"{fmt(capacity.get('game_step_ms_per_action'), '.3f')} / "
-        f"{fmt(capacity.get('inference_ms_per_action'), '.3f')} | | |",
+    ]
+    for r in learner.get("rows", []):
+        graph = "failed" if r.get("graph_failed") else ("yes" if r["graph"] else "no")
+        b = r["ours"] / r["batch"]
+        lines.append(
+            f"| bench_learner {r['preset']}, batch {r['batch']}, {r['precision']}, CUDA graph "
+            f"{graph}, frames on {r['frames']} (eager reference {r['ref'] / r['batch']:,.0f}) "
+            f"| {b:,.1f} batches/s | >= {t['learner_bench']:.0f} | "
+            f"{verdict(b, t['learner_bench'])} |"
+        )
+    for layout, c in capacity.items():
+        cap = c.get("transitions_per_s")
+        lines += [
+            f"| collection capacity, no learner, inference={layout} | {fmt(cap)} transitions/s "
+            f"| >= {t['capacity']:,.0f} | {verdict(cap, t['capacity'])} |",
+            f"| - its collectors' ms per car-action: game step / inference | "
+            f"{fmt(c.get('game_step_ms_per_action'), '.3f')} / "
+            f"{fmt(c.get('inference_ms_per_action'), '.3f')} | | |",
+        ]
+    lines += [
         f"| real run: learner batches/s | {fmt(run.get('batches_per_s'), ',.1f')} | >= "
         f"{t['run_batches']:.0f} | {verdict(run.get('batches_per_s'), t['run_batches'])} |",
         f"| real run: samples/s learned | {fmt(run.get('samples_per_s'))} | | |",
@@ -239,24 +245,32 @@ def main(argv: list[str] | None = None) -> int:
 
     learner_json = out / "learner.json"
     bench = [py, str(ROOT / "scripts" / "bench_learner.py"), "--devices", dev]
-    bench += ["--presets", "iqn_linesight", "--precision", "bf16", "--cuda-graph", "0", "1"]
+    preset = "iqn_cpu" if args.dry_run else "iqn_linesight"
+    bench += ["--presets", preset, "--precision", "bf16", "--cuda-graph", "0", "1"]
     bench += ["--prefetch", "1", "--threads", "4", "--json", str(learner_json)]
     if args.dry_run:
         bench += ["--repeats", "1", "--repeat-s", "0.2", "--transitions", "1500"]
     else:
-        bench += ["--frames", "host", "device", "--repeats", "3", "--repeat-s", "1"]
-    run_step("learner rows", bench, 40 if args.dry_run else 110, out / "learner.txt")
+        bench += ["--frames", "host", "device", "--repeats", "3", "--repeat-s", "0.5"]
+        bench += ["--transitions", "5000"]
+    run_step("learner rows", bench, 40 if args.dry_run else 90, out / "learner.txt")
 
     recipe = ["experiment=linesight_gpu"]
     if args.dry_run:  # the recipe on this CPU: no GPU trainer, collectors or graph
         recipe += ["trainer.accelerator=cpu", "trainer.precision=32-true", "collector.device=cpu"]
         recipe += ["learner.cuda_graph=false", "collector.processes=1", "learner.batch_size=32"]
         recipe += ["buffer.learning_starts=500", "network=iqn_cpu"]
-    cap_json = out / "collectors.json"
-    cap = [py, str(ROOT / "scripts" / "bench_collectors.py"), "--backends", "local"]
-    cap += ["--json", str(cap_json), "--repeats", "1", *recipe]
-    cap += ["--seconds", "5", "--warmup", "2"] if args.dry_run else ["--seconds", "20"]
-    run_step("collection capacity", cap, 60 if args.dry_run else 100, out / "collectors.txt")
+    capacity: dict[str, dict] = {}
+    for layout in ("process", "server"):  # one network per collector, or one server for all
+        cap_json = out / f"collectors_{layout}.json"
+        cap = [py, str(ROOT / "scripts" / "bench_collectors.py"), "--backends", "local"]
+        cap += ["--json", str(cap_json), "--repeats", "1", *recipe]
+        cap += [f"collector.inference={layout}"]
+        cap += ["--seconds", "5" if args.dry_run else "8", "--warmup", "2" if args.dry_run else "3"]
+        log_file = out / f"collectors_{layout}.txt"
+        run_step(f"collection capacity, inference={layout}", cap, 45, log_file)
+        if cap_json.exists():
+            capacity[layout] = json.loads(cap_json.read_text()).get("local", {})
 
     run_dir = out / "run"
     train_s = 30.0 if args.dry_run else args.train_s
@@ -264,13 +278,13 @@ def main(argv: list[str] | None = None) -> int:
     train += ["logger=csv", f"hydra.run.dir={run_dir}", "trainer.progress_bar=false"]
     t_train = time.monotonic()
     with GpuSampler() as sampler:
-        run_step("real run", train, train_s + 75, out / "train.txt")
+        run_step("real run", train, train_s + 60, out / "train.txt")
     gpu = sampler.summary(from_s=0.4 * (time.monotonic() - t_train))
     metrics = read_metrics(run_dir / "csv" / "version_0" / "metrics.csv")
 
     learner = json.loads(learner_json.read_text()) if learner_json.exists() else {}
-    capacity = json.loads(cap_json.read_text()).get("local", {}) if cap_json.exists() else {}
-    text = table(learner, capacity, run_figures(metrics), gpu, device_name(args.dry_run))
+    figures = run_figures(metrics, 32 if args.dry_run else BATCH)
+    text = table(learner, capacity, figures, gpu, device_name(args.dry_run))
     (out / "gpu_check.md").write_text(text + "\n")
     print(f"\n{text}\n\ngpu-check took {time.monotonic() - t0:.0f} s", flush=True)
     return 0

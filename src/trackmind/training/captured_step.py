@@ -14,15 +14,22 @@ waits for the Python that launches them: on an H200 the eager step took about 7 
 
 The first ``warmup`` batches run eagerly on a side stream (cuDNN autotuning, the optimizer's
 state), as torch's whole-network capture recipe asks; they are real steps. On a CPU (tests)
-every call runs ``update`` eagerly, the same function the graph records.
+every call runs ``update`` eagerly, the same function the graph records; so does a GPU whose
+capture failed (a warning says why), since a slower learner beats a dead run.
+
+Capture runs in ``thread_local`` mode: the batch-prefetch thread keeps sampling (pinning,
+gathering frames on the GPU) on its own stream while the learner's thread records.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 
 import torch
+
+log = logging.getLogger(__name__)
 
 Batch = Mapping[str, torch.Tensor]
 Update = Callable[[Batch], dict[str, torch.Tensor]]
@@ -48,6 +55,7 @@ class CapturedStep:
         self.graph: torch.cuda.CUDAGraph | None = None
         self.static_in: dict[str, torch.Tensor] = {}
         self.static_out: dict[str, torch.Tensor] = {}
+        self.failed: str | None = None  # why capture failed (then every step runs eagerly)
 
     @property
     def captured(self) -> bool:
@@ -64,13 +72,21 @@ class CapturedStep:
         self.calls += 1
         inputs = {k: batch[k] for k in self.keys if k in batch}
         device = next(iter(inputs.values())).device
-        if device.type != "cuda":
+        if device.type != "cuda" or self.failed is not None:
             with self._autocast(device):
                 return self.update(inputs)
         if self.graph is None:
             if self.calls <= self.warmup:
                 return self._eager_on_side_stream(inputs, device)
-            self._capture(inputs, device)
+            try:
+                self._capture(inputs, device)
+            except Exception as e:  # e.g. an op that syncs the host: learn on, eagerly
+                self.failed = f"{type(e).__name__}: {e}"
+                self.graph, self.static_in, self.static_out = None, {}, {}
+                log.warning("CUDA graph capture failed, the learner runs eagerly: %s", self.failed)
+                torch.cuda.synchronize(device)
+                with self._autocast(device):
+                    return self.update(inputs)
         for k, v in inputs.items():
             self.static_in[k].copy_(v, non_blocking=True)
         self.graph.replay()
@@ -90,6 +106,6 @@ class CapturedStep:
         self.static_in = {k: v.clone() for k, v in inputs.items()}
         graph = torch.cuda.CUDAGraph()
         torch.cuda.synchronize(device)
-        with torch.cuda.graph(graph), self._autocast(device):
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"), self._autocast(device):
             self.static_out = self.update(self.static_in)
         self.graph = graph

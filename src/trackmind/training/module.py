@@ -321,7 +321,9 @@ class IQNLightningModule(L.LightningModule):
         if self.cfg.cuda_graph:  # the device counters of skipped steps, read when logged
             in_a_row, skipped = (int(v) for v in self._nonfinite.tolist())
             self.guard.observe(in_a_row, skipped)
-        stats = {k: float(v) for k, v in out.items() if k.startswith("train/")}
+        names = [k for k in out if k.startswith("train/")]  # one device sync for them all
+        values = torch.stack([out[k].detach().float().reshape(()) for k in names]).tolist()
+        stats = dict(zip(names, values))
         stats["train/lr"] = lr
         stats["train/gamma"] = self.current_gamma()
         stats["train/nonfinite_skipped"] = float(self.guard.skipped)
