@@ -35,7 +35,8 @@ forwards, loss, backward, clipping and a capturable RAdam step) is captured once
 graph and replayed (learner.cuda_graph); `--frames host device` stores the buffer's frames in
 host memory or on the GPU (buffer.frames_on, GPU rows only), where the batch's frame gather is
 an index_select on the device. On a CPU a graph row runs the same update eagerly (a dry run).
-`--json PATH` writes the rows.
+`--json PATH` writes the rows; `--profile N` prints where N steps of each row spend their
+time (torch.profiler, by device time on a GPU).
 """
 
 from __future__ import annotations
@@ -338,6 +339,13 @@ def bench_preset(name: str, devices: list[str], args, learner: dict) -> list[dic
         n_ref = sum(p.numel() for p in ref.online.parameters())
         assert n_ours == n_ref, f"{name}: the reference has {n_ref} parameters, ours {n_ours}"
         ours_s, ref_s, shares, steps = interleave(ours, ref, device, args)
+        if args.profile:
+            print_profile(
+                ours,
+                device,
+                args.profile,
+                f"{name} {device.type} {precision} graph {int(graph)} frames {frames}",
+            )
         if ours.prefetcher is not None:
             ours.prefetcher.close()
         rows.append(
@@ -368,6 +376,22 @@ def bench_preset(name: str, devices: list[str], args, learner: dict) -> list[dic
         )
         del ours, ref, module, net, stepper
     return rows
+
+
+def print_profile(ours: Ours, device: torch.device, steps: int, label: str) -> None:
+    """torch.profiler over `steps` of our steps: the ops and kernels that take the time (on a
+    GPU sorted by device time: where a step's milliseconds go, graph or not)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    sync(device)
+    with profile(activities=acts) as prof:
+        for _ in range(steps):
+            ours.step()
+        sync(device)
+    key = "cuda_time_total" if device.type == "cuda" else "cpu_time_total"
+    print(f"\nprofile of {steps} steps, {label}:")
+    print(prof.key_averages().table(sort_by=key, row_limit=25, max_name_column_width=60))
 
 
 def combos(devices: list[str], args) -> list[tuple]:
@@ -570,6 +594,11 @@ def main(argv: list[str] | None = None) -> int:
         help="GPU rows: the buffer's frames in host memory or on the GPU, a row each",
     )
     ap.add_argument("--json", type=Path, help="also write the rows to this JSON file")
+    ap.add_argument(
+        "--profile",
+        type=int_at_least(1),
+        help="profile this many steps of each row (torch.profiler, top ops by time)",
+    )
     ap.add_argument("--amp", action="store_true", help="fp16 autocast on the GPU, fp32 on the CPU")
     args = ap.parse_args(argv)
     if args.amp and args.precision:

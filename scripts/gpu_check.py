@@ -3,17 +3,21 @@
     python scripts/gpu_check.py                 # on a CUDA machine (make gpu-check), ~6 min
     python scripts/gpu_check.py --out DIR       # keep the raw files there
     python scripts/gpu_check.py --dry-run       # the same steps on the CPU, tiny budgets
+    python scripts/gpu_check.py --report DIR --docs docs/gpu.md   # a saved check's table
 
 Three measurements, each a subprocess with its own time limit, so the whole check ends well
 inside 8 minutes:
 1. bench_learner.py, iqn_linesight at batch 512 in bf16: eager and captured (CUDA graph),
-   frames in host memory and on the GPU;
+   frames in host memory and on the GPU, each row with a torch.profiler table (learner.txt);
 2. bench_collectors.py, local backend, the GPU recipe's collectors with no learner, once per
-   inference layout (a network per collector process, one inference server for all): the
+   inference layout (a network per collector process, one inference server for all, and the
+   server in bf16): the
    collection capacity, with each collector's ms per car-action split into game step and
    inference (for the server: the wait for its answer);
 3. train.py experiment=linesight_gpu for --train-s seconds (CSV logger), with nvidia-smi
    sampling GPU utilisation and memory beside it.
+The folder keeps learner.json, collectors_<layout>.json, metrics.csv and gpu.json, from which
+`--report` rebuilds the table (docs/gpu.md's is generated so, from docs/results/gpu/).
 The table that ends the output holds the figures issue "The GPU box at full speed" asks for,
 beside their targets, and the wall time of Linesight's 5-million-action recipe at replay ratio
 32 that those figures imply. Without CUDA it says so in one line (exit 2), unless --dry-run.
@@ -25,6 +29,7 @@ import argparse
 import csv
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -35,6 +40,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BATCH = 512
+CAPACITY_VARIANTS = {  # file label -> overrides of the recipe's collectors
+    "process": ["collector.inference=process"],
+    "server": ["collector.inference=server"],
+    "server_bf16": ["collector.inference=server", "collector.precision=bf16"],
+}
 LINESIGHT_ACTIONS = 5_000_000
 REPLAY_RATIO = 32
 TARGETS = {
@@ -188,10 +198,11 @@ def table(learner: dict, capacity: dict[str, dict], run: dict, gpu: dict, device
             f"| {b:,.1f} batches/s | >= {t['learner_bench']:.0f} | "
             f"{verdict(b, t['learner_bench'])} |"
         )
-    for layout, c in capacity.items():
+    for label, c in capacity.items():
         cap = c.get("transitions_per_s")
+        layout = " ".join(CAPACITY_VARIANTS.get(label, [label])).replace("collector.", "")
         lines += [
-            f"| collection capacity, no learner, inference={layout} | {fmt(cap)} transitions/s "
+            f"| collection capacity, no learner, {layout} | {fmt(cap)} transitions/s "
             f"| >= {t['capacity']:,.0f} | {verdict(cap, t['capacity'])} |",
             f"| - its collectors' ms per car-action: game step / inference | "
             f"{fmt(c.get('game_step_ms_per_action'), '.3f')} / "
@@ -231,7 +242,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="folder for the raw files (default: a temp dir)")
     ap.add_argument("--train-s", type=float, default=180.0, help="seconds of the real run")
     ap.add_argument("--dry-run", action="store_true", help="the same steps on the CPU, briefly")
+    ap.add_argument("--report", type=Path, help="only print the table of a finished check's folder")
+    ap.add_argument("--docs", type=Path, help="with --report: write the table into this page")
     args = ap.parse_args(argv)
+    if args.report is not None:
+        text = report(args.report.resolve())
+        if args.docs is not None:
+            write_into(args.docs, args.report.resolve(), text)
+        print(text)
+        return 0
     import torch
 
     if not args.dry_run and not torch.cuda.is_available():
@@ -248,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     preset = "iqn_cpu" if args.dry_run else "iqn_linesight"
     bench += ["--presets", preset, "--precision", "bf16", "--cuda-graph", "0", "1"]
     bench += ["--prefetch", "1", "--threads", "4", "--json", str(learner_json)]
+    bench += ["--profile", "3" if args.dry_run else "20"]  # where each row's step time goes
     if args.dry_run:
         bench += ["--repeats", "1", "--repeat-s", "0.2", "--transitions", "1500"]
     else:
@@ -260,17 +280,15 @@ def main(argv: list[str] | None = None) -> int:
         recipe += ["trainer.accelerator=cpu", "trainer.precision=32-true", "collector.device=cpu"]
         recipe += ["learner.cuda_graph=false", "collector.processes=1", "learner.batch_size=32"]
         recipe += ["buffer.learning_starts=500", "network=iqn_cpu"]
-    capacity: dict[str, dict] = {}
-    for layout in ("process", "server"):  # one network per collector, or one server for all
-        cap_json = out / f"collectors_{layout}.json"
+    # one network per collector, one server for all, and the server in bf16
+    for label, extra in CAPACITY_VARIANTS.items():
+        cap_json = out / f"collectors_{label}.json"
         cap = [py, str(ROOT / "scripts" / "bench_collectors.py"), "--backends", "local"]
-        cap += ["--json", str(cap_json), "--repeats", "1", *recipe]
-        cap += [f"collector.inference={layout}"]
+        cap += ["--json", str(cap_json), "--repeats", "1", *recipe, *extra]
         cap += ["--seconds", "5" if args.dry_run else "8", "--warmup", "2" if args.dry_run else "3"]
-        log_file = out / f"collectors_{layout}.txt"
-        run_step(f"collection capacity, inference={layout}", cap, 45, log_file)
-        if cap_json.exists():
-            capacity[layout] = json.loads(cap_json.read_text()).get("local", {})
+        if args.dry_run and "collector.precision=bf16" in extra:
+            continue  # bf16 inference needs a GPU
+        run_step(f"collection capacity, {label}", cap, 45, out / f"collectors_{label}.txt")
 
     run_dir = out / "run"
     train_s = 30.0 if args.dry_run else args.train_s
@@ -280,14 +298,47 @@ def main(argv: list[str] | None = None) -> int:
     with GpuSampler() as sampler:
         run_step("real run", train, train_s + 60, out / "train.txt")
     gpu = sampler.summary(from_s=0.4 * (time.monotonic() - t_train))
-    metrics = read_metrics(run_dir / "csv" / "version_0" / "metrics.csv")
-
-    learner = json.loads(learner_json.read_text()) if learner_json.exists() else {}
-    figures = run_figures(metrics, 32 if args.dry_run else BATCH)
-    text = table(learner, capacity, figures, gpu, device_name(args.dry_run))
+    metrics_csv = run_dir / "csv" / "version_0" / "metrics.csv"
+    if metrics_csv.exists():
+        shutil.copy(metrics_csv, out / "metrics.csv")
+    info = {"device": device_name(args.dry_run), "batch": 32 if args.dry_run else BATCH}
+    (out / "gpu.json").write_text(json.dumps({**info, **gpu}, indent=1))
+    text = report(out)
     (out / "gpu_check.md").write_text(text + "\n")
     print(f"\n{text}\n\ngpu-check took {time.monotonic() - t0:.0f} s", flush=True)
     return 0
+
+
+def report(folder: Path) -> str:
+    """The table from a check's result files (learner.json, collectors_<layout>.json,
+    metrics.csv, gpu.json), so that docs regenerate it from what was measured."""
+
+    def load(name: str) -> dict:
+        path = folder / name
+        return json.loads(path.read_text()) if path.exists() else {}
+
+    gpu = load("gpu.json")
+    capacity = {}
+    for path in sorted(folder.glob("collectors_*.json")):
+        label = path.stem.removeprefix("collectors_")
+        capacity[label] = load(path.name).get("local", {})
+    figures = run_figures(read_metrics(folder / "metrics.csv"), int(gpu.get("batch", BATCH)))
+    return table(load("learner.json"), capacity, figures, gpu, gpu.get("device", "n/a"))
+
+
+BEGIN, END = "<!-- gpu-check table: begin -->", "<!-- gpu-check table: end -->"
+
+
+def write_into(page: Path, folder: Path, text: str) -> None:
+    """Replace the generated block of a docs page (between BEGIN and END) with `text`."""
+    doc = page.read_text()
+    if BEGIN not in doc or END not in doc:
+        raise SystemExit(f"{page}: no '{BEGIN}' ... '{END}' block to fill")
+    head, rest = doc.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    where = folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder
+    note = f"<!-- generated by scripts/gpu_check.py --report {where}: do not edit -->"
+    page.write_text(f"{head}{BEGIN}\n{note}\n\n{text}\n\n{END}{tail}")
 
 
 if __name__ == "__main__":

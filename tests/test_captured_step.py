@@ -173,3 +173,23 @@ def test_gpu_check_without_cuda_says_so_in_one_line():
     lines = r.stdout.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("gpu-check: no CUDA device here")
     assert r.stderr == ""
+
+
+def test_docs_gpu_table_is_generated_from_its_result_files():
+    """docs/gpu.md's table is gpu_check.py --report of the saved results, never hand-kept."""
+    import subprocess
+    import sys
+
+    results = ROOT / "docs" / "results" / "gpu" / "2026-11-26-h100"
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "gpu_check.py"), "--report", str(results)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    page = (ROOT / "docs" / "gpu.md").read_text()
+    block = page.split("<!-- gpu-check table: begin -->")[1].split("<!-- gpu-check table: end -->")[
+        0
+    ]
+    assert r.stdout.strip() in block
+    assert "| real run: learner_wait_share | 0.086 | < 0.1 | met |" in r.stdout

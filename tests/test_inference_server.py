@@ -126,3 +126,17 @@ def test_unknown_layout_and_auto_processes():
     assert [auto_processes(c) for c in (1, 2, 4, 16)] == [1, 1, 1, 13]
     plan = _plan("collector.processes=auto")
     assert plan.cfg["collector"]["processes"] == auto_processes(__import__("os").cpu_count())
+
+
+def test_inference_precision_is_checked_and_bf16_needs_a_gpu():
+    from trackmind.agent.inference import inference_autocast
+
+    with pytest.raises(ConfigError, match="^collector.precision: must be fp32 or bf16"):
+        _plan("collector.precision=fp16")
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="^collector.precision: bf16 inference needs"):
+            _plan("collector.precision=bf16")
+    with inference_autocast(torch.device("cpu"), "bf16"):  # a CPU infers in fp32
+        assert not torch.is_autocast_enabled("cpu")
+    with pytest.raises(ValueError, match="inference precision"):
+        inference_autocast(torch.device("cpu"), "fp8")

@@ -24,7 +24,12 @@ from trackmind.agent.exploration import (
     build_exploration,
     select_actions,
 )
-from trackmind.agent.inference import InferenceNetwork, greedy_q, make_inference_network
+from trackmind.agent.inference import (
+    InferenceNetwork,
+    greedy_q,
+    inference_autocast,
+    make_inference_network,
+)
 from trackmind.env.observations import FLOATS
 
 
@@ -173,8 +178,10 @@ class BatchedPolicy:
         frames: Callable[[], int],
         greedy_cvar: float = 1.0,
         remote: RemoteQ | None = None,
+        precision: str = "fp32",
     ) -> None:
         self.remote = remote  # Q values from an inference server instead of `live`
+        self.precision = precision  # collector.precision: bf16 autocast on a GPU
         self.live = live
         self.explorer = explorer
         self.k = int(k_taus)
@@ -208,6 +215,7 @@ class BatchedPolicy:
             frames,
             greedy_cvar=float(cfg["network"].get("greedy_cvar", 1.0)),
             remote=remote,
+            precision=str(cfg["collector"].get("precision", "fp32")),
         )
 
     def act(self, obs: dict, greedy: np.ndarray, started: np.ndarray, version: int):
@@ -219,8 +227,9 @@ class BatchedPolicy:
             img = self._to_device(obs["frame"]) if "frame" in obs else None
             floats = self._to_device(obs[FLOATS])
             cars = np.arange(len(greedy))
-            q = batch_q(self.live, self.frozen, self.k, self.gen, img, floats, cars, greedy)
-            q = q.cpu().numpy()  # one copy to the host per step (none on the CPU)
+            with inference_autocast(self.device, self.precision):
+                q = batch_q(self.live, self.frozen, self.k, self.gen, img, floats, cars, greedy)
+            q = q.float().cpu().numpy()  # one copy to the host per step (none on the CPU)
         self.hold.release(np.flatnonzero(started))
         params = self.explorer.params(self.frames())
         actions, was_greedy = select_actions(q, params, self.rng, self.hold)

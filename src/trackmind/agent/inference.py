@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from contextlib import nullcontext
 
 import torch
 
@@ -74,6 +75,19 @@ def make_inference_network(
         )
         return InferenceNetwork(net, net, "none")
     return InferenceNetwork(net, fn, mode)
+
+
+PRECISIONS = ("fp32", "bf16")
+
+
+def inference_autocast(device: torch.device, precision: str):
+    """The context collectors infer in: bf16 autocast on a GPU (collector.precision=bf16),
+    else fp32 as the weights are. The Q values come out as float32 either way."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"inference precision must be one of {PRECISIONS}, got {precision!r}")
+    if precision == "bf16" and device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return nullcontext()
 
 
 def greedy_q(

@@ -154,6 +154,7 @@ class InferenceServer:
         self.frozen = FrozenGreedy(self.live, self.k, n_cars, cvar)
         self.gen = torch.Generator(device=self.device).manual_seed(int(seed))
         self.greedy = np.zeros(n_cars, bool)
+        self.precision = str(cfg["collector"].get("precision", "fp32"))
         self.batches = 0
 
     def serve(self, should_stop) -> None:
@@ -162,7 +163,8 @@ class InferenceServer:
             # a timeout still looks at the flags: a restarted server finds the requests its
             # predecessor took the semaphore for but never answered
             link.requests.acquire(timeout=WAIT_S)
-            waiting = np.flatnonzero(link.pending.numpy())
+            # a snapshot: collectors raise their flags while numpy would be counting them
+            waiting = np.flatnonzero(link.pending.numpy().copy())
             if len(waiting):  # an extra release (answered in an earlier batch) finds none
                 link.pending[torch.from_numpy(waiting)] = 0
                 self.answer(waiting)
@@ -170,6 +172,7 @@ class InferenceServer:
     def answer(self, collectors: np.ndarray) -> None:
         """One batch: the Q values of every car of `collectors`, written to their rows."""
         from trackmind.agent.acting import batch_q
+        from trackmind.agent.inference import inference_autocast
 
         link = self.link
         self.version = pull_weights(self.shared, self.live.net, self.version)
@@ -183,8 +186,9 @@ class InferenceServer:
         if self.live.net.image_shape is not None:
             img = link.frames[rows].to(self.device, non_blocking=True)
         floats = link.floats[rows].to(self.device, non_blocking=True)
-        q = batch_q(self.live, self.frozen, self.k, self.gen, img, floats, cars, self.greedy)
-        link.q[rows] = q.cpu()
+        with inference_autocast(self.device, self.precision):
+            q = batch_q(self.live, self.frozen, self.k, self.gen, img, floats, cars, self.greedy)
+        link.q[rows] = q.float().cpu()
         link.bound[rows] = torch.from_numpy(self.frozen.bound[cars])
         link.version[torch.from_numpy(collectors)] = self.version
         for i in collectors:

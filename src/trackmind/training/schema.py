@@ -148,6 +148,7 @@ class CollectorConfig:
     # process: each collector runs its own network; server: one process runs every
     # collector's cars in one batch (training/inference_server.py)
     inference: str = "process"
+    precision: str = "fp32"  # inference arithmetic: fp32 | bf16 (autocast, collectors on a GPU)
 
     def __post_init__(self) -> None:
         from trackmind.agent.device import check_device_name
@@ -157,6 +158,11 @@ class CollectorConfig:
             self.inference in INFERENCE_LAYOUTS,
             "collector.inference",
             f"must be one of {', '.join(INFERENCE_LAYOUTS)}, got {self.inference!r}",
+        )
+        require(
+            self.precision in ("fp32", "bf16"),
+            "collector.precision",
+            f"must be fp32 or bf16, got {self.precision!r}",
         )
         if self.processes == "auto":
             self.processes = auto_processes(os.cpu_count() or 1)
@@ -183,4 +189,11 @@ def check_local_collector(col: Mapping) -> None:
 
     from trackmind.agent.device import resolve_device
 
-    resolve_device(col.get("device", "auto"), torch.cuda.is_available(), "collector.device")
+    cuda = torch.cuda.is_available()
+    device = resolve_device(col.get("device", "auto"), cuda, "collector.device")
+    require(
+        col.get("precision", "fp32") == "fp32" or device == "cuda",
+        "collector.precision",
+        "bf16 inference needs the collectors on a GPU (collector.device cuda, or auto where "
+        "torch sees one)",
+    )
