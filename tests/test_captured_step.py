@@ -193,3 +193,18 @@ def test_docs_gpu_table_is_generated_from_its_result_files():
     ]
     assert r.stdout.strip() in block
     assert "| real run: learner_wait_share | 0.086 | < 0.1 | met |" in r.stdout
+
+
+def test_make_capturable_turns_an_eager_state_into_a_capturable_one():
+    from trackmind.training.module import make_capturable
+
+    module = _module()
+    opt = module.configure_optimizers()  # eager: float lr, not capturable
+    _plain_step(module, opt, _batch())
+    cpu = torch.device("cpu")  # the device a GPU run passes; the CPU checks the wiring
+    make_capturable(opt, cpu, 2e-4)
+    group = opt.param_groups[0]
+    assert group["capturable"] and group["foreach"]
+    assert isinstance(group["lr"], torch.Tensor) and float(group["lr"]) == pytest.approx(2e-4)
+    steps = [opt.state[p]["step"] for p in group["params"]]
+    assert all(s.dtype == torch.float32 and float(s) == 1.0 for s in steps)

@@ -18,7 +18,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from trackmind.agent.acting import BatchedPolicy, cars_q
+from trackmind.agent.acting import BatchedPolicy, cars_q_tensor
 from trackmind.agent.device import DEVICES, resolve_device
 from trackmind.agent.exploration import select_actions
 from trackmind.agent.inference import make_inference_network
@@ -159,7 +159,7 @@ def _old_act(p: BatchedPolicy, obs: dict, greedy, started, version: int):
     q = np.empty((len(greedy), p.live.net.n_actions), np.float32)
     explore = np.flatnonzero(~greedy)
     if len(explore):
-        q[explore] = cars_q(p.live, img, floats, explore, p.k, p.gen)
+        q[explore] = cars_q_tensor(p.live, img, floats, explore, p.k, p.gen).numpy()
     p.frozen.fill(q, img, floats)
     p.hold.release(np.flatnonzero(started))
     actions, was_greedy = select_actions(q, p.explorer.params(p.frames()), p.rng, p.hold)

@@ -51,20 +51,6 @@ def cars_q_tensor(
     return greedy_q(net, img, floats, k, generator, midpoint, cvar)
 
 
-def cars_q(
-    net: InferenceNetwork,
-    img: torch.Tensor | None,
-    floats: torch.Tensor,
-    cars: np.ndarray,
-    k: int,
-    generator: torch.Generator | None = None,
-    midpoint: bool = False,
-    cvar: float = 1.0,
-) -> np.ndarray:
-    """cars_q_tensor as a numpy array (on the CPU)."""
-    return cars_q_tensor(net, img, floats, cars, k, generator, midpoint, cvar).cpu().numpy()
-
-
 def network_device(net: torch.nn.Module) -> torch.device:
     """The device a network's weights are on (where its inputs must go)."""
     return next(net.parameters()).device

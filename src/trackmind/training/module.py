@@ -185,6 +185,20 @@ def check_cuda_graph(learner: LearnerConfig, accelerator: str, precision: Any, c
     )
 
 
+def make_capturable(opt: torch.optim.Optimizer, device: torch.device, lr: float) -> None:
+    """Ready an optimizer for a captured step: capturable foreach updates, the lr a device
+    tensor that the schedule writes into, step counts on the device. configure_optimizers
+    makes it so; a state loaded from an eager run's checkpoint brings floats and host steps."""
+    for group in opt.param_groups:
+        group["capturable"], group["foreach"] = True, True
+        if not isinstance(group["lr"], torch.Tensor) or group["lr"].device != device:
+            group["lr"] = torch.tensor(float(lr), device=device)
+        for p in group["params"]:
+            state = opt.state.get(p, {})
+            if isinstance(state.get("step"), torch.Tensor):
+                state["step"] = state["step"].to(device=device, dtype=torch.float32)
+
+
 def compiled_forwards(online: torch.nn.Module, target: torch.nn.Module, mode: str):
     """(online, target) callables: the modules' own calls (mode none) or torch.compile of
     their forward. Functions, never modules, so that holding them registers no submodule."""
@@ -389,6 +403,8 @@ class IQNLightningModule(L.LightningModule):
             else:
                 group["lr"] = lr
         if self.captured is None:
+            if self.device.type == "cuda":  # e.g. resumed from an eager run's optimizer state
+                make_capturable(opt, self.device, lr)
             self._raw_optimizer = opt
             dtype = None
             if torch.is_autocast_enabled(self.device.type):
