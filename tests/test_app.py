@@ -337,9 +337,15 @@ def test_every_group_option_composes_and_plans(group):
 
     options = sorted(p.stem for p in (ROOT / "conf" / group).glob("*.yaml"))
     assert options
+    gpu_only = {"experiment": {"linesight_gpu"}}.get(group, set())
     with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
         for opt in options:
-            plan = plan_run(compose("train", [f"{group}={opt}"]))
+            overrides = [f"{group}={opt}"]
+            if opt in gpu_only and not torch.cuda.is_available():
+                with pytest.raises(ConfigError, match="^learner.cuda_graph: needs a CUDA"):
+                    plan_run(compose("train", overrides))  # refused in one line, at once
+                overrides.append("learner.cuda_graph=false")  # the rest of it plans here
+            plan = plan_run(compose("train", overrides))
             assert plan.cycle.entries, f"{group}={opt}"
 
 

@@ -140,3 +140,19 @@ def test_inference_precision_is_checked_and_bf16_needs_a_gpu():
         assert not torch.is_autocast_enabled("cpu")
     with pytest.raises(ValueError, match="inference precision"):
         inference_autocast(torch.device("cpu"), "fp8")
+
+
+def test_batch_q_under_bf16_autocast_gives_float32_for_mixed_batches():
+    """collector.precision=bf16 on a GPU: exploring and greedy cars' values, computed in
+    bf16, land in one float32 array (run here under the CPU's bf16 autocast)."""
+    plan = _plan("network=iqn_floats", "collector.device=cpu")
+    live = make_inference_network(_net(plan))
+    k = int(plan.cfg["network"]["n_quantiles_inference"])
+    frozen = FrozenGreedy(live, k, 4)
+    greedy = np.array([True, False, True, False])
+    frozen.update(greedy, np.ones(4, bool), 3)
+    floats = torch.randn(4, plan.float_dim)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        q = batch_q(live, frozen, k, torch.Generator(), None, floats, np.arange(4), greedy)
+    assert q.dtype == torch.float32 and q.shape == (4, live.net.n_actions)
+    assert torch.isfinite(q).all()

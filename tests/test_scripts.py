@@ -1,6 +1,7 @@
 """The command-line scripts: results on good input, one-line errors on bad input."""
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -49,12 +50,12 @@ def test_bench_learner_quick_row(capsys):
     row = next(
         line
         for line in out.splitlines()
-        if line.startswith("| iqn_floats | cpu | fp32 | none | 0 |")
+        if line.startswith("| iqn_floats | cpu | fp32 | none | no | host | 0 |")
     )
     cells = [c.strip().replace(",", "").rstrip("%") for c in row.strip("|").split("|")]
-    ours, batches, ref, ratio, share, nbytes = map(float, cells[5:11])
+    ours, batches, ref, ratio, share, nbytes = map(float, cells[7:13])
     assert min(ours, batches, ref, ratio, share, nbytes) > 0 and share < 100
-    assert cells[11] == "no frame" and abs(batches - ours / 64) < 0.1
+    assert cells[13] == "no frame" and abs(batches - ours / 64) < 0.1
 
 
 def _bench_learner_rows(capsys, *extra: str) -> list[list[str]]:
@@ -74,14 +75,25 @@ def _bench_learner_rows(capsys, *extra: str) -> list[list[str]]:
 def test_bench_learner_bf16_autocast_on_cpu(capsys):
     rows = _bench_learner_rows(capsys, "--precision", "fp32", "bf16")
     assert [r[2] for r in rows] == ["fp32", "bf16"]
-    assert all(float(r[5]) > 0 and float(r[7]) > 0 for r in rows)
+    assert all(float(r[7]) > 0 and float(r[9]) > 0 for r in rows)
 
 
 def test_bench_learner_prefetch_rows(capsys):
     """--prefetch 0 1: the step samples itself, then takes batches sampled on a thread."""
     rows = _bench_learner_rows(capsys, "--prefetch", "0", "1")
-    assert [r[4] for r in rows] == ["0", "1"]
-    assert all(float(r[5]) > 0 and 0 <= float(r[9].rstrip("%")) < 100 for r in rows)
+    assert [r[6] for r in rows] == ["0", "1"]
+    assert all(float(r[7]) > 0 and 0 <= float(r[11].rstrip("%")) < 100 for r in rows)
+
+
+def test_bench_learner_graph_rows_dry_run_on_cpu(capsys, tmp_path):
+    """--cuda-graph 0 1 on a CPU: the update a GPU would capture, run eagerly; --json."""
+    out = tmp_path / "rows.json"
+    rows = _bench_learner_rows(capsys, "--cuda-graph", "0", "1", "--json", str(out))
+    assert [r[4] for r in rows] == ["no", "yes"] and [r[5] for r in rows] == ["host", "host"]
+    assert all(float(r[7]) > 0 for r in rows)
+    saved = json.loads(out.read_text())
+    assert [r["graph"] for r in saved["rows"]] == [False, True]
+    assert saved["devices"].startswith("cpu = ")
 
 
 @pytest.mark.slow
@@ -89,7 +101,7 @@ def test_bench_learner_compiled_on_cpu(capsys):
     """torch.compile of the learner's networks (inductor, a C++ compiler) on the CPU."""
     rows = _bench_learner_rows(capsys, "--compile", "none", "default")
     assert [r[3] for r in rows] == ["none", "default"]
-    assert all(float(r[5]) > 0 for r in rows)
+    assert all(float(r[7]) > 0 for r in rows)
 
 
 def test_bench_learning_rows_by_hand():

@@ -57,11 +57,12 @@ def network_device(net: torch.nn.Module) -> torch.device:
 
 
 def _put_rows(q: np.ndarray | torch.Tensor, cars: np.ndarray, values: torch.Tensor) -> None:
-    """q[cars] = values, for a numpy array (values come to the CPU) or a tensor (no copy)."""
+    """q[cars] = values, for a numpy array (values come to the CPU) or a tensor (no copy);
+    values computed under bf16 autocast are cast to q's float32."""
     if isinstance(q, np.ndarray):
-        q[cars] = values.cpu().numpy()
+        q[cars] = values.float().cpu().numpy()
     else:
-        q[torch.from_numpy(cars).to(q.device)] = values
+        q[torch.from_numpy(cars).to(q.device)] = values.to(q.dtype)
 
 
 class FrozenGreedy:
