@@ -284,7 +284,7 @@ def test_gymnasium_checker_passes(space):
 def test_vector_env_autoresets_on_the_next_step():
     venv = RaceVectorEnv(
         num_envs=3,
-        maps="starter",
+        map="starter",
         env=_env_with({"timeout": {"params": {"max_race_ms": 2 * ACTION_MS}}}),
     )
     obs, _ = venv.reset(seed=0)
@@ -392,3 +392,15 @@ def test_configs_saved_with_the_old_float_key_still_build():
     assert group["previous_actions"] == {"params": {"n": 5}}  # kept from the saved config
     obs, _, _ = build_managers(old, default_reward_config())
     assert float_dim_of(obs) == 184
+
+
+def test_make_vec_builds_the_batched_simulator_with_the_map_keyword():
+    venv = gym.make_vec("trackmind/Race-v0", num_envs=16, map="hairpins")
+    assert isinstance(venv, RaceVectorEnv) and venv.race.n_cars == 16
+    obs, _ = venv.reset(seed=0)
+    assert venv.observation_space.contains(obs)
+    obs, rew, term, trunc, _ = venv.step(np.zeros(16, int))
+    assert rew.shape == (16,) and venv.observation_space.contains(obs)
+    venv.close()
+    with pytest.warns(DeprecationWarning, match="map="):
+        RaceVectorEnv(num_envs=2, maps="starter").close()

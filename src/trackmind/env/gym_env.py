@@ -6,6 +6,7 @@ collectors use VecRace directly (they record rollouts and reset races themselves
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import gymnasium as gym
@@ -78,9 +79,11 @@ class RaceEnv(gym.Env):
 
 
 class RaceVectorEnv(gym.vector.VectorEnv):
-    """The batched simulator as a gymnasium VectorEnv (autoreset on the next step).
+    """The batched simulator as a gymnasium VectorEnv (autoreset on the next step): what
+    ``gym.make_vec("trackmind/Race-v0", num_envs=N)`` builds.
 
-    `maps`: one map for every car or a list with one per car.
+    `map`: one map for every car or a list with one per car (RaceEnv's keyword; `maps`, its
+    former name here, still works and warns).
     """
 
     metadata = {"autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP, "render_modes": []}
@@ -88,11 +91,19 @@ class RaceVectorEnv(gym.vector.VectorEnv):
     def __init__(
         self,
         num_envs: int = 8,
-        maps: Any = "starter",
+        map: Any = "starter",
         env: dict | None = None,
         reward: dict | None = None,
+        maps: Any = None,
     ) -> None:
-        self.race = make_race(env, reward, n_cars=num_envs, maps=maps)
+        if maps is not None:
+            warnings.warn(
+                "RaceVectorEnv(maps=...) is now map=..., as for RaceEnv",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            map = maps
+        self.race = make_race(env, reward, n_cars=num_envs, maps=map)
         self.num_envs = num_envs
         self.single_observation_space = self.race.observation_space
         self.observation_space = batch_space(self.single_observation_space, num_envs)

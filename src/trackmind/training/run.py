@@ -403,10 +403,18 @@ def train(
     summary = write_summary(
         parts, trainer, logger, result, resumed_from=resumed_from, stopped_by=stop_signal
     )
-    close_run(logger, result, [summary, agent], stopped=stop_signal is not None)
+    close_run(logger, result, run_files(summary, agent), stopped=stop_signal is not None)
     if stop_signal is not None:
         raise SystemExit(130 if stop_signal == "SIGINT" else 143)
     return result
+
+
+def run_files(summary: Path, agent: Path) -> list[Path]:
+    """What a run logs as MLflow artifacts at its end: summary.json, agent.pt (the final
+    weights) and best.pt (the weights of its best greedy race, the objective's) if a greedy
+    race finished."""
+    best = agent.parent / "best.pt"
+    return [summary, agent, *([best] if best.is_file() else [])]
 
 
 def epsilon_at(explorer: Any, shared: SharedHandles) -> float:
