@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from trackmind.training.best_weights import BestRaceKeeper, WeightHistory
+from trackmind.training.best_weights import BestRaceKeeper, WeightHistory, history_budget
 from trackmind.training.run import run_files
 
 
@@ -93,3 +93,12 @@ def test_a_run_logs_best_pt_when_a_greedy_race_finished(tmp_path: Path):
     assert run_files(summary, agent) == [summary, agent]
     (tmp_path / "best.pt").write_bytes(b"weights")
     assert run_files(summary, agent) == [summary, agent, tmp_path / "best.pt"]
+
+
+def test_a_gpu_learner_keeps_five_percent_of_its_card_of_versions():
+    assert history_budget(None) == 256e6  # a CPU learner: host memory
+    assert history_budget(80 * 10**9) == 4e9  # 5% of an 80 GB card
+    assert history_budget(2 * 10**9) == 256e6  # never less than on the CPU
+    linesight = 26_313_332  # bytes of iqn_linesight's state dict
+    keep = WeightHistory.sized_for(torch.nn.Linear(linesight // 4, 1, bias=False), 4e9).keep
+    assert keep == 152

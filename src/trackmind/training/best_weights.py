@@ -19,6 +19,17 @@ from trackmind.training.shared import SharedHandles, publish_weights
 
 log = logging.getLogger(__name__)
 HISTORY_BYTES = 256e6
+GPU_HISTORY_SHARE = 0.05  # a GPU learner keeps versions in GPU memory: 5% of the card
+
+
+def history_budget(gpu_bytes: int | None) -> float:
+    """Bytes of weight versions to keep. A GPU learner publishes several versions a second
+    and a greedy race lasts a minute of wall time there, so its history (kept where its
+    weights are) takes 5% of the card (4 GB of an 80 GB one: about 150 versions of
+    iqn_linesight) instead of 256 MB."""
+    if gpu_bytes is None:
+        return HISTORY_BYTES
+    return max(HISTORY_BYTES, GPU_HISTORY_SHARE * gpu_bytes)
 
 
 class WeightHistory:

@@ -29,7 +29,12 @@ from trackmind.replay.buffers import make_buffers
 from trackmind.replay.config import BufferConfig, frames_device
 from trackmind.sim.reference import reference_time_ms
 from trackmind.tracking.mlflow_run import close_run, is_mlflow, open_run, start_system_metrics
-from trackmind.training.best_weights import BestRaceKeeper, WeightHistory, WeightPublisher
+from trackmind.training.best_weights import (
+    BestRaceKeeper,
+    WeightHistory,
+    WeightPublisher,
+    history_budget,
+)
 from trackmind.training.callbacks import (
     CollectorCallback,
     RaceMetricsCallback,
@@ -121,7 +126,10 @@ def build_learner(plan: RunPlan, resumed_state: dict | None) -> Learner:
         seed=seed,
         device=buffer_frames_device(buffer_cfg, cfg["trainer"], frame),
     )
-    history = WeightHistory.sized_for(net)
+    gpu_bytes = None
+    if learner_device(cfg["trainer"]) == "cuda":
+        gpu_bytes = torch.cuda.get_device_properties(0).total_memory
+    history = WeightHistory.sized_for(net, history_budget(gpu_bytes))
     module = IQNLightningModule(
         net,
         cfg["learner"],
