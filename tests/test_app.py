@@ -22,6 +22,7 @@ from hydra import compose, initialize_config_dir
 from smoke_cli import resume_args, smoke_args, unbuffered_env
 
 from trackmind.errors import ConfigError, check_schema
+from trackmind.netprobe import probe
 from trackmind.training.checkpoint import (
     find_checkpoint,
     merge_resume_config,
@@ -345,6 +346,10 @@ def test_every_group_option_composes_and_plans(group):
                 with pytest.raises(ConfigError, match="^learner.cuda_graph: needs a CUDA"):
                     plan_run(compose("train", overrides))  # refused in one line, at once
                 overrides.append("learner.cuda_graph=false")  # the rest of it plans here
+            if group == "logger" and opt == "mlflow_server" and probe("127.0.0.1", 5000, 1.0):
+                with pytest.raises(ConfigError, match="^logger.tracking_uri: no MLflow"):
+                    plan_run(compose("train", overrides))  # no server runs here: named
+                overrides.append("logger.tracking_uri=sqlite:///unused.db")
             plan = plan_run(compose("train", overrides))
             assert plan.cycle.entries, f"{group}={opt}"
 

@@ -38,6 +38,12 @@ TRAIN = [  # (id, argv, what the line must name)
     ("reward-weight", ["reward.terms.progress.weight=abc"], "reward.terms.progress"),
     ("processes", ["collector.processes=0"], "collector.processes"),
     ("collector-device", ["collector.device=tpu"], "collector.device: must be one of"),
+    ("tracking-scheme", ["logger.tracking_uri=foo://x"], "MLflow has no store of scheme 'foo'"),
+    (
+        "tracking-server",
+        ["logger=mlflow_server", "logger.tracking_uri=http://127.0.0.1:9"],
+        "logger.tracking_uri: no MLflow tracking server answers at 127.0.0.1:9",
+    ),
     ("map-file-missing", ["map.cycle=[{map: maps/missing.csv}]"], "missing.csv: map file not"),
     ("csv-columns", ["map.cycle=[{map: maps/bad_columns.csv}]"], "bad_columns.csv: line 3"),
     ("csv-nan", ["map.cycle=[{map: maps/nan.csv}]"], "nan.csv: line 3: NaN"),

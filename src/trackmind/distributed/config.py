@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib.util
 import math
-import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 from omegaconf import MISSING
 
 from trackmind.errors import ConfigError, require
+from trackmind.netprobe import probe
 from trackmind.training.schema import CollectorConfig, int_at_least
 
 
@@ -50,17 +50,6 @@ def parse_address(address: object, key: str = "collector.address") -> tuple[str,
         f"expected host:port or auto, got {address!r}",
     )
     return kind, host, int(port)
-
-
-def probe(host: str, port: int, timeout_s: float) -> str | None:
-    """None when a TCP connection to host:port opens within timeout_s, else the reason."""
-    try:
-        with socket.create_connection((host, port), timeout=timeout_s):
-            return None
-    except TimeoutError:
-        return f"no answer within {timeout_s:g} s"
-    except OSError as e:
-        return e.strerror or type(e).__name__
 
 
 @dataclass

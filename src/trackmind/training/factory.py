@@ -100,6 +100,7 @@ def plan_run(cfg: Any) -> RunPlan:
     from trackmind.agent.network_config import network_config
     from trackmind.game.starts import StartsConfig
     from trackmind.replay.config import BufferConfig
+    from trackmind.tracking.tracking_uri import check_tracking_uri
     from trackmind.training.module import check_cuda_graph, learner_config
 
     cfg = resolve_frame_shape(to_plain(cfg))
@@ -135,6 +136,8 @@ def plan_run(cfg: Any) -> RunPlan:
         torch.cuda.is_available(),
     )
     cfg["logger"] = asdict(check_schema(cfg["logger"], LoggerConfig, "logger"))
+    if cfg["logger"]["backend"] == "mlflow":  # a store MLflow knows, a server that answers
+        check_tracking_uri(cfg["logger"]["tracking_uri"])
     cfg["checkpoint"] = asdict(check_schema(cfg.get("checkpoint"), CheckpointConfig, "checkpoint"))
     cycle = MapCycle.from_config(cfg["map"].get("cycle"), "map.cycle")
     check_schema(cfg["map"], MapConfig, "map")
