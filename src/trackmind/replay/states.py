@@ -2,9 +2,9 @@
 
 Frames can live on the learner's GPU (``device="cuda"``): they are 99% of a state's bytes,
 and a batch of 512 mini-races gathers 1,024 of them (20 MB at 1x120x160), a host copy and a
-pin that cost a GPU learner more than its whole step. On the GPU the gather is one
-index_select and nothing large crosses the bus at sampling time; floats and potentials stay
-on the host, where the mini-race collate reads them.
+pin on every batch. On the GPU the gather is one index_select and nothing large crosses the
+bus at sampling time (docs/gpu.md); floats and potentials stay on the host, where the
+mini-race collate reads them.
 
 States get global ids (gid) in the order they are written; a transition refers to its state
 by gid and to its next state by gid + n_steps. Row of a gid: (gid - base) % rows, where base

@@ -95,11 +95,20 @@ def learner_device(tcfg: Mapping) -> str:
     return "cuda" if gpu else "cpu"
 
 
-def buffer_frames_device(config: BufferConfig, tcfg: Mapping, frame: tuple[int, ...] | None) -> str:
-    """Where the replay buffers keep their frames (replay.config.frames_device)."""
-    device = learner_device(tcfg)
+def learner_gpu_bytes(tcfg: Mapping) -> int | None:
+    """The memory of the learner's GPU in bytes; None for a CPU learner."""
+    if learner_device(tcfg) != "cuda":
+        return None
+    return torch.cuda.get_device_properties(0).total_memory
+
+
+def buffer_frames_device(
+    config: BufferConfig, gpu_bytes: int | None, frame: tuple[int, ...] | None
+) -> str:
+    """Where the replay buffers keep their frames (replay.config.frames_device), for a learner
+    with `gpu_bytes` of GPU memory (None: a CPU learner)."""
+    device = "cpu" if gpu_bytes is None else "cuda"
     frame_bytes = math.prod(frame) if frame is not None else 0
-    gpu_bytes = torch.cuda.get_device_properties(0).total_memory if device == "cuda" else None
     where = frames_device(config.frames_on, device, config.max_frame_bytes(frame_bytes), gpu_bytes)
     log.info("replay frames stored on %s (buffer.frames_on=%s)", where, config.frames_on)
     return where
@@ -118,17 +127,15 @@ def build_learner(plan: RunPlan, resumed_state: dict | None) -> Learner:
     frame = (1, *plan.frame_shape) if plan.frame_shape is not None else None
     seed = int(cfg.get("seed", 0))
     buffer_cfg = BufferConfig.from_dict(cfg["buffer"])
+    gpu_bytes = learner_gpu_bytes(cfg["trainer"])  # frames and weight history may live there
     buffers = make_buffers(
         buffer_cfg,
         frame,
         plan.float_dim,
         ms_per_action=plan.ms_per_action,
         seed=seed,
-        device=buffer_frames_device(buffer_cfg, cfg["trainer"], frame),
+        device=buffer_frames_device(buffer_cfg, gpu_bytes, frame),
     )
-    gpu_bytes = None
-    if learner_device(cfg["trainer"]) == "cuda":
-        gpu_bytes = torch.cuda.get_device_properties(0).total_memory
     history = WeightHistory.sized_for(net, history_budget(gpu_bytes))
     module = IQNLightningModule(
         net,
