@@ -7,8 +7,7 @@ import time
 
 import torch
 
-from trackmind.training import collector
-from trackmind.training.shared import make_shared
+from trackmind.training.shared import make_shared, put_message
 
 
 class _Net(torch.nn.Module):
@@ -21,12 +20,12 @@ def test_put_on_a_full_queue_ends_when_the_learner_is_gone():
     shared = make_shared(_Net(), queue_size=1)
     try:
         link = shared.link(0)
-        assert collector._put(link, "first", os.getppid())  # room for one message
+        assert put_message(link, "first", os.getppid())  # room for one message
         started = time.monotonic()
         # the queue is full and nobody reads it: the put ends when the learner is gone
-        assert not collector._put(link, "gone", parent=-1)  # a learner that no longer exists
+        assert not put_message(link, "gone", parent=-1)  # a learner that no longer exists
         assert time.monotonic() - started < 2.0
         shared.stop.set()
-        assert not collector._put(link, "stopped", os.getppid())
+        assert not put_message(link, "stopped", os.getppid())
     finally:
         shared.cleanup()

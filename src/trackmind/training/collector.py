@@ -11,7 +11,6 @@ when the stop flag is set or the learner disappears, so no collector outlives it
 
 from __future__ import annotations
 
-import gc
 import os
 import shutil
 import signal
@@ -24,27 +23,16 @@ import numpy as np
 import torch
 
 from trackmind.env.rollout_results import pack_rollout
-from trackmind.queueing import CollectorError, CollectorStats, RaceFile, put_until_stopped
+from trackmind.queueing import CollectorError, CollectorStats, RaceFile
 from trackmind.training.inference_server import RemoteQ, ServerLink
-from trackmind.training.shared import CollectorLink, pull_weights, write_spool
-
-
-class _StopOrOrphaned:
-    """A collector's stop flag: set when asked to stop, or when its learner is gone. A learner
-    killed with kill -9 sets no flag and never drains the queue, so a collector waiting on a
-    full queue would otherwise wait forever."""
-
-    def __init__(self, shared: CollectorLink, parent: int) -> None:
-        self.shared, self.parent = shared, parent
-
-    def is_set(self) -> bool:
-        return _should_stop(self.shared, self.parent)
-
-
-def _put(shared: CollectorLink, msg: Any, parent: int) -> bool:
-    """Put a message, waiting while the learner is busy; False if asked to stop meanwhile
-    or if the learner (process `parent`) is gone."""
-    return put_until_stopped(shared.queue, msg, _StopOrOrphaned(shared, parent))
+from trackmind.training.shared import (
+    CollectorLink,
+    pull_weights,
+    put_message,
+    release_link,
+    should_stop,
+    write_spool,
+)
 
 
 def collector_process_fn(
@@ -57,18 +45,10 @@ def collector_process_fn(
     try:
         _run(cfg, idx, shared, seed, parent, server)
     except Exception:
-        _put(shared, CollectorError(idx, traceback.format_exc()), parent)
+        put_message(shared, CollectorError(idx, traceback.format_exc()), parent)
         raise
     finally:
-        _release_shared(shared)
-
-
-def _release_shared(shared: CollectorLink) -> None:
-    """Drop this process's view of the shared network before exiting. A network on the GPU
-    came through CUDA IPC: the learner counts the views still open, and a view left to
-    interpreter exit is never given back (torch then warns when the learner exits)."""
-    shared.network = None  # type: ignore[assignment]  # the Process keeps the link itself
-    gc.collect()
+        release_link(shared)
 
 
 class AgentWeights:
@@ -97,11 +77,6 @@ class AgentWeights:
         return self.version
 
 
-def _should_stop(shared: CollectorLink, parent: int) -> bool:
-    """Asked to stop, or the learner is gone (its collectors must not outlive it)."""
-    return shared.stop.is_set() or os.getppid() != parent
-
-
 def _run(
     cfg: dict,
     idx: int,
@@ -120,7 +95,7 @@ def _run(
     ccfg = cfg["collector"]
     torch.set_num_threads(int(ccfg.get("torch_threads", 1)))
     race, cycle, net = build_collector_parts(cfg, n_cars=int(ccfg["cars_per_process"]), offset=idx)
-    stop = partial(_should_stop, shared, parent)
+    stop = partial(should_stop, shared, parent)
     if server is not None:  # the server holds the weights: this process never pulls them
         remote = RemoteQ(server, idx, stop)
         infer, weights = None, AgentWeights(shared, None, -1, 0)
@@ -146,13 +121,13 @@ def _run(
             shared.frames.value += len(r["actions"])
         with gim.monitor.stage("queue"):
             path = write_spool(shared, pack_rollout(r), seq)
-            if not _put(shared, RaceFile(path), parent):
+            if not put_message(shared, RaceFile(path), parent):
                 break
         weights.refresh()  # a race starts on the newest weights
         if time.monotonic() - last_stats > 5.0:
             last_stats = time.monotonic()
             stats = gim.monitor.summary()
-            _put(shared, CollectorStats(idx, stats), parent)
+            put_message(shared, CollectorStats(idx, stats), parent)
     race.close()
     if os.getppid() != parent:  # the learner died (kill -9): nobody else will clear the spool
         shutil.rmtree(shared.spool_dir, ignore_errors=True)

@@ -24,13 +24,20 @@ import os
 import signal
 import traceback
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
 import torch
 
 from trackmind.env.observations import FLOATS
-from trackmind.training.shared import CollectorLink, pull_weights
+from trackmind.training.shared import (
+    CollectorLink,
+    pull_weights,
+    put_message,
+    release_link,
+    should_stop,
+)
 
 log = logging.getLogger(__name__)
 WAIT_S = 0.5  # how often a waiting side looks at the stop flag
@@ -115,21 +122,17 @@ def server_process_fn(
 ) -> None:
     """Entry point of the server process (spawned): answers until the stop flag or the
     learner's death; an error goes to the learner's log as the collectors' would."""
-    from trackmind.queueing import CollectorError, put_until_stopped
+    from trackmind.queueing import CollectorError
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent = os.getppid()
-
-    def should_stop() -> bool:
-        return shared.stop.is_set() or os.getppid() != parent
-
     try:
-        InferenceServer(cfg, link, shared, device, seed).serve(should_stop)
+        InferenceServer(cfg, link, shared, device, seed).serve(partial(should_stop, shared, parent))
     except Exception:
-        put_until_stopped(shared.queue, CollectorError(-1, traceback.format_exc()), shared.stop)
+        put_message(shared, CollectorError(-1, traceback.format_exc()), parent)
         raise
     finally:
-        shared.network = None  # type: ignore[assignment]  # give CUDA IPC views back
+        release_link(shared)
 
 
 class InferenceServer:

@@ -20,6 +20,7 @@ queue are replaced.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import pickle
@@ -34,6 +35,7 @@ import torch
 import torch.multiprocessing as tmp
 
 from trackmind.agent.device import resolve_device
+from trackmind.queueing import put_until_stopped
 
 log = logging.getLogger(__name__)
 LOCK_TIMEOUT_S = 2.0
@@ -152,6 +154,38 @@ def _copy(dst: torch.nn.Module, src: torch.nn.Module) -> None:
             gpus.update(t.device for t in (d, s) if t.is_cuda)
     for dev in gpus:
         torch.cuda.current_stream(dev).synchronize()
+
+
+def should_stop(link: CollectorLink, parent: int) -> bool:
+    """Asked to stop, or the learner (process `parent`) is gone: the processes it started
+    must not outlive it."""
+    return link.stop.is_set() or os.getppid() != parent
+
+
+class StopOrOrphaned:
+    """A child process's stop flag: set when asked to stop, or when its learner is gone. A
+    learner killed with kill -9 sets no flag and never drains the queue, so a child waiting
+    on a full queue would otherwise wait forever."""
+
+    def __init__(self, link: CollectorLink, parent: int) -> None:
+        self.link, self.parent = link, parent
+
+    def is_set(self) -> bool:
+        return should_stop(self.link, self.parent)
+
+
+def put_message(link: CollectorLink, msg: Any, parent: int) -> bool:
+    """Put a message on the link's queue, waiting while the learner is busy; False if asked
+    to stop meanwhile or if the learner (process `parent`) is gone."""
+    return put_until_stopped(link.queue, msg, StopOrOrphaned(link, parent))
+
+
+def release_link(link: CollectorLink) -> None:
+    """Drop this process's view of the shared network before exiting. A network on the GPU
+    came through CUDA IPC: the learner counts the views still open, and a view left to
+    interpreter exit is never given back (torch then warns when the learner exits)."""
+    link.network = None  # type: ignore[assignment]  # the Process keeps the link itself
+    gc.collect()
 
 
 def publish_weights(shared: SharedHandles, source: torch.nn.Module) -> int:
