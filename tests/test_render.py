@@ -20,26 +20,30 @@ import numpy as np
 import pytest
 
 from trackmind.sim.game import SimGame
+from trackmind.sim.mapio import read_csv_rows
 from trackmind.sim.maps import builtin_names
+from trackmind.sim.track import Track
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = Path(__file__).parent / "data" / "frames_reference.npz"
 SHAPES = {"120x160": (120, 160), "48x64": (48, 64)}
 
 
-def figure_eight_file(tmp: Path) -> Path:
-    """The bridge map of tests/test_circuits.py, saved as a driven line (.npy)."""
+def unsmoothed_maps() -> list[Track]:
+    """The 4.5 km circuit and the bridge map of tests/test_circuits.py, built from their raw
+    points as the reference frames saw them (the importer smooths lines since)."""
     from test_circuits import figure_eight
 
-    path = tmp / "eight.npy"
-    np.save(path, figure_eight())
-    return path
+    rows = read_csv_rows(ROOT / "maps" / "circuit.csv")
+    circuit = Track.build("circuit", rows[:, :2], rows[:, 3], rows[:, 2], source="circuit.csv")
+    eight = figure_eight()
+    line = np.stack([eight[:, 0], -eight[:, 2]], axis=1)  # as import_npy maps a driven line
+    return [circuit, Track.build("eight", line, 8.0, 8.0, source="eight", heights=eight[:, 1])]
 
 
 def scenario_frames(shape: tuple[int, int], tmp: Path, render_threads: int = 1) -> np.ndarray:
     """(snapshots, cars, 1, H, W) frames of the fixed scenario."""
-    maps = [*builtin_names(), "procedural:3", str(ROOT / "maps" / "circuit.csv")]
-    maps.append(str(figure_eight_file(tmp)))
+    maps = [*builtin_names(), "procedural:3", *unsmoothed_maps()]
     cars = [maps[i % len(maps)] for i in range(18)]
     game = SimGame(len(cars), maps=cars, frame_shape=shape, render_threads=render_threads)
     rng = np.random.default_rng(7)

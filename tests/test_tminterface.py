@@ -29,6 +29,7 @@ from trackmind.errors import ConfigError
 from trackmind.sim.driver import PurePursuitDriver
 from trackmind.sim.game import SimGame
 from trackmind.sim.mapio import load_map
+from trackmind.sim.track import Track
 from trackmind.tmi.capture import make_capture, resize_area, to_frame
 from trackmind.tmi.config import probe_servers, tminterface_config
 from trackmind.tmi.connection import GameUnavailable, standin_factory
@@ -112,12 +113,20 @@ def brake(obs, greedy):
     return np.array([6]), np.zeros((1, 12), np.float32), np.ones(1, bool)
 
 
-def driver_policy(race):
+def raw_line_track(path: Path) -> Track:
+    """The driven line of a .npy run joined point to point, without the importer's smoothing."""
+    run = np.load(path)
+    return Track.build("raw", np.stack([run[:, 0], -run[:, 2]], axis=1), 8.0, 8.0)
+
+
+def driver_policy(race, run: Path):
+    """The scripted driver on the run's raw points. The run hugs the game's wall for its last
+    80 m; the map's smoothed line lies a few cm off them, enough to pin the car to that wall."""
     state = {}
 
     def policy(obs, greedy):
         if race.steps[0] == 0 or "d" not in state:
-            state["d"] = PurePursuitDriver([race.game.track(0)])
+            state["d"] = PurePursuitDriver([raw_line_track(run)])
         a = state["d"].act(race.car)
         return a, np.zeros((1, 12), np.float32), np.ones(1, bool)
 
@@ -299,7 +308,7 @@ def test_full_race_rewind_checkpoints_and_finish(real_map):
     race = make_race(env_cfg(), None, 1, cycle.entries[0].track, challenges=cycle.challenges)
     gim = GameInstanceManager(race, cycle)
     seen_cps, actions = set(), []
-    drive = driver_policy(race)
+    drive = driver_policy(race, real_map)
 
     def policy(obs, greedy):
         seen_cps.add(int(race.car.checkpoints_passed[0]))
@@ -370,7 +379,7 @@ def test_a_hung_game_is_restarted_and_its_race_cut(real_map, caplog):
     env = env_cfg(launch_command="standin", step_timeout_s=0.3)
     race = make_race(env, None, 1, cycle.entries[0].track, challenges=cycle.challenges)
     gim = GameInstanceManager(race, cycle)
-    drive = driver_policy(race)
+    drive = driver_policy(race, real_map)
 
     def policy(obs, greedy):
         if race.steps[0] == 30 and find_standin("TMInterface0") is first:

@@ -13,13 +13,19 @@ All sources go through `Track.build`, which validates them.
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import zipfile
 from pathlib import Path
 
 import numpy as np
 
+from trackmind.sim.bridge import bridge_heights
 from trackmind.sim.maps import builtin_map, builtin_names, procedural_map
-from trackmind.sim.track import MapError, Track
+from trackmind.sim.smoothing import smooth_line
+from trackmind.sim.track import MapError, Track, checked_line, line_is_closed
+
+log = logging.getLogger(__name__)
 
 FORMAT = "trackmind-map"
 VERSION = 2
@@ -147,19 +153,43 @@ def import_csv(path: str | Path, name: str | None = None, closed: bool | None = 
     """Import rows of `x,y,width_right,width_left` and an optional height (metres).
 
     An optional header line and `#` comments are skipped. A closed line (a racing circuit,
-    its last point at or near its first) becomes a circuit.
+    its last point at or near its first) becomes a circuit. The points are smoothed
+    (`import_line`).
     """
     path = Path(path)
     rows = read_csv_rows(path)
-    return Track.build(
-        name or path.stem,
-        rows[:, :2],
-        rows[:, 3],
-        rows[:, 2],
-        source=str(path),
-        closed=closed,
-        heights=rows[:, 4] if rows.shape[1] == 5 else None,
+    heights = rows[:, 4] if rows.shape[1] == 5 else None
+    return import_line(
+        name or path.stem, rows[:, :2], rows[:, 3], rows[:, 2], str(path), closed, heights
     )
+
+
+def import_line(
+    name: str,
+    line: np.ndarray,
+    width_left: np.ndarray | float,
+    width_right: np.ndarray | float,
+    source: str,
+    closed: bool | None = None,
+    heights: np.ndarray | None = None,
+) -> Track:
+    """A track from measured points: a smoothing spline through them, then `Track.build`.
+
+    A circuit gets a periodic spline; widths and heights follow the spline's parameter. A
+    circuit without heights that crosses itself once, cleanly, gets a bridge
+    (`bridge_heights`). The track records how far its line left the raw points.
+    """
+    line, wl, wr, z = checked_line(line, width_left, width_right, heights, source)
+    closed = line_is_closed(line, closed, 1, source)
+    smooth = smooth_line(line, wl, wr, *([] if z is None else [z]), closed=closed)
+    wl, wr = smooth.values[0], smooth.values[1]
+    if z is not None:
+        z = smooth.values[2]
+    elif closed:
+        z = bridge_heights(smooth.points, wl, wr)
+    track = Track.build(name, smooth.points, wl, wr, source=source, closed=closed, heights=z)
+    log.info("%s: smoothed, %.2f m from its farthest point", source, smooth.max_deviation_m)
+    return dataclasses.replace(track, smoothing_deviation_m=smooth.max_deviation_m)
 
 
 def read_csv_rows(path: Path) -> np.ndarray:
@@ -227,12 +257,4 @@ def import_npy(
     # Trackmania is left-handed with y up: looking down, (x, z) maps to our (x, y) mirrored,
     # so keep turning directions by negating z.
     line = np.stack([arr[:, 0], -arr[:, 2]], axis=1)
-    return Track.build(
-        name or path.stem,
-        line,
-        width_m,
-        width_m,
-        source=str(path),
-        closed=closed,
-        heights=arr[:, 1],
-    )
+    return import_line(name or path.stem, line, width_m, width_m, str(path), closed, arr[:, 1])

@@ -61,6 +61,7 @@ class Track:
     race_heights: np.ndarray | None = field(default=None, repr=False)  # (M,)
     crossings: bool = False  # the road passes over itself (height-separated)
     checkpoint_fractions: np.ndarray = field(default=None, repr=False)  # per lap, in (0, 1)
+    smoothing_deviation_m: float | None = None  # imported lines: farthest raw point from it
 
     @property
     def length_m(self) -> float:
@@ -161,23 +162,9 @@ class Track:
         Raises MapError with a one-line message.
         """
         where = source or name
-        line = _as_float_array(line, where, "points")
-        if line.ndim != 2 or line.shape[1] != 2:
-            raise MapError(f"{where}: points must have shape (N, 2), got {line.shape}")
-        if len(line) < 3:
-            raise MapError(f"{where}: a track needs at least 3 points, got {len(line)}")
-        wl = _widths(width_left, len(line), where, "width_left")
-        wr = _widths(width_right, len(line), where, "width_right")
-        z = None if heights is None else _heights(heights, len(line), where)
+        line, wl, wr, z = checked_line(line, width_left, width_right, heights, where)
         laps = _laps(laps, where)
-        # drop repeated points (zero-length segments) before resampling
-        seg = np.linalg.norm(np.diff(line, axis=0), axis=1)
-        keep = np.concatenate([[True], seg > 1e-6])
-        line, wl, wr = line[keep], wl[keep], wr[keep]
-        z = None if z is None else z[keep]
-        if len(line) < 3:
-            raise MapError(f"{where}: a track needs at least 3 distinct points")
-        closed = _is_closed(line, closed, laps, where)
+        closed = line_is_closed(line, closed, laps, where)
         user = (line, wl, wr, z)
         if closed:  # the lap ends where it began: join the ends (drop a repeated first point)
             if np.linalg.norm(line[-1] - line[0]) <= 1e-6:
@@ -253,6 +240,28 @@ class Track:
         )
 
 
+def checked_line(
+    line, width_left, width_right, heights, where: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    """A race line's arrays as floats, validated, repeated points dropped; MapError if bad."""
+    line = _as_float_array(line, where, "points")
+    if line.ndim != 2 or line.shape[1] != 2:
+        raise MapError(f"{where}: points must have shape (N, 2), got {line.shape}")
+    if len(line) < 3:
+        raise MapError(f"{where}: a track needs at least 3 points, got {len(line)}")
+    wl = _widths(width_left, len(line), where, "width_left")
+    wr = _widths(width_right, len(line), where, "width_right")
+    z = None if heights is None else _heights(heights, len(line), where)
+    # drop repeated points (zero-length segments) before resampling
+    seg = np.linalg.norm(np.diff(line, axis=0), axis=1)
+    keep = np.concatenate([[True], seg > 1e-6])
+    line, wl, wr = line[keep], wl[keep], wr[keep]
+    z = None if z is None else z[keep]
+    if len(line) < 3:
+        raise MapError(f"{where}: a track needs at least 3 distinct points")
+    return line, wl, wr, z
+
+
 def _ro(a: np.ndarray) -> np.ndarray:
     a = np.ascontiguousarray(a, dtype=np.float64)
     a.setflags(write=False)
@@ -308,7 +317,7 @@ def _laps(laps, where: str) -> int:
     return int(laps)
 
 
-def _is_closed(line: np.ndarray, closed: bool | None, laps: int, where: str) -> bool:
+def line_is_closed(line: np.ndarray, closed: bool | None, laps: int, where: str) -> bool:
     """A circuit when told so, or when the line ends within CLOSE_GAP_M of its start."""
     gap = float(np.linalg.norm(line[-1] - line[0]))
     if closed is None:
@@ -425,38 +434,52 @@ def _fit_widths_to_curvature(points, wl, wr, where):
     return wl, wr
 
 
-def _check_no_overlap(points, s, wmax, where, heights=None, period=None) -> bool:
-    """Reject lines that cross themselves or bring two parts of the road into contact.
+def contact_pairs(
+    points: np.ndarray, s: np.ndarray, wmax: np.ndarray, period: float | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Pairs of samples far apart along the line whose roads touch: (i, j, distance), i < j.
 
     Two samples far apart along the line (arc > pi/2 * (w_i + w_j)) cannot be on one circular
-    arc at chord < w_i + w_j + 1, so such a pair means the walls of the two parts touch,
-    unless their heights differ by HEIGHT_CLEARANCE_M (one road passes over the other).
+    arc at chord < w_i + w_j + 1, so such a pair means the walls of the two parts touch.
     `period`: arc distances wrap around a lap of this length (circuits).
-    Returns whether the road passes over itself somewhere.
     """
     tree = cKDTree(points)
     r = 2.0 * float(wmax.max()) + 1.0
     pairs = tree.query_pairs(r, output_type="ndarray")
     if len(pairs) == 0:
-        return False
-    i, j = pairs[:, 0], pairs[:, 1]
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, np.zeros(0)
+    i, j = pairs.min(axis=1), pairs.max(axis=1)
     d = np.linalg.norm(points[i] - points[j], axis=1)
     wsum = wmax[i] + wmax[j]
     arc = np.abs(s[i] - s[j])
     if period is not None:
         arc = np.minimum(arc, period - arc)
     close = (arc > 0.5 * np.pi * wsum + 2.0 * SAMPLE_SPACING_M) & (d < wsum + 1.0)
-    over = np.zeros_like(close)
+    return i[close], j[close], d[close]
+
+
+def _check_no_overlap(points, s, wmax, where, heights=None, period=None) -> bool:
+    """Reject lines that cross themselves or bring two parts of the road into contact.
+
+    Touching parts are allowed where their heights differ by HEIGHT_CLEARANCE_M (one road
+    passes over the other). Returns whether the road passes over itself somewhere.
+    """
+    i, j, d = contact_pairs(points, s, wmax, period)
+    if len(i) == 0:
+        return False
+    over = np.zeros(len(i), dtype=bool)
     if heights is not None:
-        over = close & (np.abs(heights[i] - heights[j]) >= HEIGHT_CLEARANCE_M)
-    bad = close & ~over
+        over = np.abs(heights[i] - heights[j]) >= HEIGHT_CLEARANCE_M
+    bad = ~over
     if not np.any(bad):
-        return bool(np.any(over))
+        return True
     k = int(np.argmin(np.where(bad, d, np.inf)))
-    a, b = sorted((int(i[k]), int(j[k])))
+    a, b = int(i[k]), int(j[k])
+    wsum = wmax[a] + wmax[b]
     kind = "crosses itself" if d[k] < 1.5 * SAMPLE_SPACING_M else "touches itself"
     at_height = "" if heights is None else " at the same height"
     raise MapError(
         f"{where}: the line {kind}{at_height}: points at {s[a]:.0f} m and {s[b]:.0f} m are "
-        f"{d[k]:.1f} m apart, closer than their road widths ({wsum[k]:.1f} m)"
+        f"{d[k]:.1f} m apart, closer than their road widths ({wsum:.1f} m)"
     )
