@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 # optional features the tests and the README commands use (pyproject.toml extras)
 EXTRAS ?= dev,ray,sweep
 
-.PHONY: install test test-slow test-min-deps train drive mlflow-ui mlflow-screenshot bench bench-learner bench-learning gpu-check lint format clean
+.PHONY: install test test-slow test-min-deps test-wheel docs docs-check train drive mlflow-ui mlflow-screenshot bench bench-learner bench-learning gpu-check lint format clean
 
 install: $(STAMP)
 
@@ -36,6 +36,22 @@ test-min-deps:
 	$(MIN_VENV)/bin/python scripts/min_deps.py --extras $(EXTRAS) > $(MIN_VENV)/minimums.txt
 	$(MIN_VENV)/bin/python -m pip install -q -c $(MIN_VENV)/minimums.txt -e ".[$(EXTRAS)]"
 	$(MIN_VENV)/bin/python -m pytest $(MIN_TESTS)
+
+# a pip user's first run: the wheel in a fresh venv, trained through `trackmind-train`
+test-wheel: $(STAMP)
+	TORCH_SPEC="$(TORCH_SPEC)" $(PY) scripts/wheel_smoke.py --python $(PYTHON)
+
+# the docs site: every table and plot from its result files, then a strict MkDocs build
+docs: $(STAMP)
+	$(PY) -m pip install -q -e ".[$(EXTRAS),docs]"
+	$(PY) scripts/make_docs.py
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+# CI's: the pages are what their result files give (nothing rewritten), and the site builds
+docs-check: $(STAMP)
+	$(PY) -m pip install -q -e ".[$(EXTRAS),docs]"
+	$(PY) scripts/make_docs.py --check
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 train: $(STAMP)
 	$(PY) scripts/train.py $(ARGS)

@@ -3,9 +3,9 @@
     python scripts/bench_learning.py --minutes 30                       # the six built-in maps
     python scripts/bench_learning.py --minutes 10 --maps hairpins speedway
     python scripts/bench_learning.py --minutes 60 --maps builtin_cycle  # one row per map
-    python scripts/bench_learning.py --minutes 30 --no-readme           # rows only
+    python scripts/bench_learning.py --minutes 30 --no-page             # rows only
     python scripts/bench_learning.py --minutes 10 -- learner.replay_ratio=16   # extra overrides
-    python scripts/bench_learning.py --table-only        # README's table from the results file
+    python scripts/bench_learning.py --table-only        # the page's tables from the results
     python scripts/bench_learning.py --minutes 30 --maps technical --seeds 0 1 2  # the scatter
 
 Each item of --maps is a conf/map option (every built-in map has one); each runs
@@ -15,7 +15,7 @@ the defaults and the overrides after `--`. A row is read back from the run's MLf
 results file (docs/bench_learning.json, committed with the table), so an interrupted
 benchmark resumes at the next missing row, in a later session too (--force reruns).
 The table of every saved row (the defaults first, then the rows with overrides) goes into
-README.md between the bench-learning markers, with the dates and machine.
+docs/benchmarks.md between the bench-learning markers, with the dates and machine.
 
 Columns: minutes to the first greedy finish; greedy finish rate and median ratio (finished
 greedy races, race time / reference time) in the last 10 minutes (the last third of shorter
@@ -24,7 +24,7 @@ and median <= 1.15x in the last 10 minutes.
 
 Single runs of a long map scatter widely between seeds, so a lever is ranked on several:
 `--seeds` runs each map once per seed (`seed=<s>`; the config's own seed adds no override,
-so it is the defaults' row), and README gets a second table, the medians over the seeds of
+so it is the defaults' row), and the page gets a second table, the medians over the seeds of
 every row measured with more than one.
 
 A third table gives each run's learning curve: the share of greedy races finished in each
@@ -54,6 +54,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MAP_CONF = ROOT / "conf" / "map"
 BUILTIN = ["starter", "hairpins", "chicanes", "flow", "speedway", "technical"]
 BEGIN, END = "<!-- bench-learning:begin -->", "<!-- bench-learning:end -->"
+COMMAND = "python scripts/bench_learning.py --minutes <m> --maps <option> [-- <overrides>]"
 TARGETS = {"first_finish_min": 5.0, "finish_rate": 0.90, "median_ratio": 1.15}
 CYCLE_FINISH_RATE = 0.80  # a map's target inside a cycle of maps (60 minutes for the six)
 START_SHARE = 0.05  # a greedy race that ended within the first 5% of the map stalled at the start
@@ -314,7 +315,7 @@ def seeds_table(groups: list[dict]) -> str:
 
 
 def ordered_rows(saved: dict[str, list[dict]]) -> list[dict]:
-    """Every saved row for README: the defaults first (built-in maps in order, then cycles,
+    """Every saved row for the docs: the defaults first (built-in maps in order, then cycles,
     shorter budgets first), then the rows with overrides, map by map."""
 
     def rank(key: str) -> tuple:
@@ -326,10 +327,16 @@ def ordered_rows(saved: dict[str, list[dict]]) -> list[dict]:
     return [r for k in keys for r in saved[k]]
 
 
-def write_readme(readme: Path, rows: list[dict], command: str) -> None:
-    text = readme.read_text()
+def write_page(page: Path, rows: list[dict]) -> None:
+    """Write the tables of every saved row into a docs page, between BEGIN and END."""
+    page.write_text(learning_block(page.read_text(), rows))
+
+
+def learning_block(text: str, rows: list[dict]) -> str:
+    """A page's text with the learning benchmark's block made of `rows` (scripts/make_docs.py
+    builds docs/benchmarks.md with it too)."""
     if BEGIN not in text or END not in text:
-        raise SystemExit(f"error: {readme}: no {BEGIN} ... {END} markers to write the table")
+        raise SystemExit(f"error: no {BEGIN} ... {END} markers to write the table")
     dates = sorted({r["date"] for r in rows})
     machines = sorted({r["machine"] for r in rows})
     groups = seed_groups(rows)
@@ -345,13 +352,13 @@ def write_readme(readme: Path, rows: list[dict], command: str) -> None:
             f"tracking store have no curve):\n\n{curves_table(rows)}"
         )
     block = (
-        f"{BEGIN}\n`{command}` ({', '.join(dates)}; {'; '.join(machines)}; one run at a time, "
+        f"{BEGIN}\n`{COMMAND}` ({', '.join(dates)}; {'; '.join(machines)}; one run at a time, "
         "nothing else running; rates over the last 10 minutes, the last third of shorter "
         f"budgets; a map in a cycle meets its target at 80% finished):\n\n{table(rows)}"
         f"{across}\n{END}"
     )
     head, rest = text.split(BEGIN, 1)
-    readme.write_text(head + block + rest.split(END, 1)[1])
+    return head + block + rest.split(END, 1)[1]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -365,14 +372,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--maps", nargs="+", default=BUILTIN, help="conf/map options")
     ap.add_argument("--results", default="docs/bench_learning.json", help="rows (committed)")
     ap.add_argument("--tracking-uri", default="sqlite:///outputs/mlflow.db")
-    ap.add_argument("--readme", default="README.md")
-    ap.add_argument("--no-readme", action="store_true", help="do not write README")
+    ap.add_argument("--page", default="docs/benchmarks.md", help="the docs page of the tables")
+    ap.add_argument("--no-page", action="store_true", help="do not write the page")
     ap.add_argument("--force", action="store_true", help="rerun rows already in the results")
     ap.add_argument(
         "--seeds", nargs="+", type=int_at_least(0), help="a run per seed (default: the config's)"
     )
     ap.add_argument(
-        "--table-only", action="store_true", help="only write README's table from the results"
+        "--table-only", action="store_true", help="only write the page's tables from the results"
     )
     args = ap.parse_args(argv)
     if not args.minutes > 0:
@@ -427,13 +434,12 @@ def main(argv: list[str] | None = None) -> int:
         print(table(rows))
     wanted = [f"{o}|{args.minutes:g}|{' '.join(e)}" for o, e in runs]
     print(table([r for k in wanted for r in saved.get(k, [])]))
-    if not args.no_readme and add_missing_curves(saved, args.tracking_uri):
+    if not args.no_page and add_missing_curves(saved, args.tracking_uri):
         results_path.write_text(json.dumps(saved, indent=1))
     rows = ordered_rows(saved)
-    if not args.no_readme and rows:
-        command = "python scripts/bench_learning.py --minutes <m> --maps <option> [-- <overrides>]"
-        write_readme(ROOT / args.readme, rows, command)
-        print(f"[bench] wrote the table into {args.readme}")
+    if not args.no_page and rows:
+        write_page(ROOT / args.page, rows)
+        print(f"[bench] wrote the tables into {args.page} (scripts/make_docs.py draws the plots)")
     return 0
 
 

@@ -320,7 +320,7 @@ def test_lost_races_are_stored_with_their_end_and_rate():
     assert (again.buffer.live_records()["end_rate"] == 0).all()
     with pytest.raises(ConfigError):
         make_buffers(small_config(lost_ends="stuck"), (1, 2, 2), 2)
-    # the default closes the races cut for making no progress (measured: README)
+    # the default closes the races cut for making no progress (measured: docs/learning.md)
     default = make_buffers(small_config(test_fraction=0.0), (1, 2, 2), 2)
     default.add_rollout(race, gamma=1.0)
     rec = default.buffer.live_records()

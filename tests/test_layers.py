@@ -134,6 +134,7 @@ LAYERS = [
     {"agent", "replay"},
     {"training"},
     {"distributed", "tmi", "evaluation"},
+    {"commands"},  # the console scripts, on top of everything
 ]
 
 

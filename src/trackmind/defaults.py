@@ -14,6 +14,7 @@ import copy
 from collections.abc import Mapping
 from functools import cache
 from importlib.resources import files
+from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
@@ -34,6 +35,11 @@ REWARD_OPTION = ("reward", "linesight")
 def _option(group: str, option: str) -> dict:
     text = files("trackmind.conf").joinpath(group, f"{option}.yaml").read_text()
     return yaml.safe_load(text) or {}
+
+
+def conf_path() -> Path:
+    """The folder of the shipped config groups (the repository's conf/ in a clone)."""
+    return Path(str(files("trackmind.conf")))
 
 
 def conf_option(group: str, option: str) -> dict:

@@ -1,0 +1,236 @@
+"""Regenerate every table and plot of the docs site from its result files.
+
+    python scripts/make_docs.py            # write the tables into docs/*.md, draw docs/img/
+    python scripts/make_docs.py --check    # exit 1 if a page is not what its results give
+    make docs                              # this, then `mkdocs build --strict`
+
+No table in docs/ is kept by hand. A page holds a generated table between
+`<!-- table: NAME -->` and `<!-- /table -->`, where NAME names its source:
+- `config-groups`: the Hydra groups and options found in conf/, with what each group is for
+  (docs/results/config-groups.json);
+- a file docs/results/NAME.json: either `scripts/drive.py --json` output (a map table) or
+  `{"columns": [...], "rows": [[...]]}` (a measurement recorded as a result file).
+The learning benchmark's tables (docs/benchmarks.md, from docs/bench_learning.json) are
+written by scripts/bench_learning.py's own table code, and docs/gpu.md's by
+scripts/gpu_check.py --report. Plots: a learning curve per map and the lever comparison,
+from docs/bench_learning.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import re
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+RESULTS = DOCS / "results"
+IMG = DOCS / "img"
+MARK = re.compile(r"(<!-- table: (?P<name>[\w./-]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
+GPU_RESULTS = RESULTS / "gpu" / "2026-11-26-h100"
+
+
+def load_script(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def markdown_table(columns: list[str], rows: list[list]) -> str:
+    """A Markdown table; None is shown as '-'."""
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for row in rows:
+        lines.append("| " + " | ".join("-" if c is None else str(c) for c in row) + " |")
+    return "\n".join(lines)
+
+
+def drive_table(result: dict) -> str:
+    """scripts/drive.py --json output: each map's geometry, race and ratio."""
+    rows = [
+        [
+            r["map"],
+            f"{r['length_m']:,.0f} m",
+            "-" if r["fit_m"] is None else f"{r['fit_m']:.2f} m",
+            "yes" if r["bridge"] else "",
+            "yes" if r["finished"] else "no",
+            f"{r['time_s']:.2f} s",
+            f"{r['reference_s']:.2f} s",
+            f"{r['ratio']:.3f}",
+        ]
+        for r in result["maps"]
+    ]
+    columns = ["map", "length", "fit", "bridge", "finished", "race time", "reference", "ratio"]
+    return markdown_table(columns, rows)
+
+
+def config_groups_table() -> str:
+    """Every Hydra group of conf/ with its options, as they are on disk."""
+    what = json.loads((RESULTS / "config-groups.json").read_text())
+    conf = ROOT / "conf"
+    groups = sorted(p.name for p in conf.iterdir() if p.is_dir())
+    missing = [g for g in groups if g not in what]
+    if missing:
+        raise SystemExit(f"error: docs/results/config-groups.json: no description of {missing}")
+    rows = [
+        [f"`{g}`", ", ".join(sorted(p.stem for p in (conf / g).glob("*.yaml"))), what[g]]
+        for g in sorted(groups, key=list(what).index)
+    ]
+    return markdown_table(["group", "options", "what"], rows)
+
+
+def render(name: str) -> str:
+    if name == "config-groups":
+        return config_groups_table()
+    path = RESULTS / f"{name}.json"
+    if not path.is_file():
+        raise SystemExit(f"error: a table names {name}, but {path.relative_to(ROOT)} is missing")
+    data = json.loads(path.read_text())
+    if "maps" in data:
+        return drive_table(data)
+    return markdown_table(data["columns"], data["rows"])
+
+
+def fill_tables(text: str) -> str:
+    return MARK.sub(lambda m: f"{m[1]}{render(m['name'])}\n{m[4]}", text)
+
+
+def benchmarks_block(page_text: str) -> str:
+    """docs/benchmarks.md with bench_learning.py's tables of every saved row."""
+    bench = load_script("bench_learning")
+    rows = bench.ordered_rows(json.loads((DOCS / "bench_learning.json").read_text()))
+    return bench.learning_block(page_text, rows)
+
+
+def gpu_block(page_text: str) -> str:
+    gpu = load_script("gpu_check")
+    return gpu.with_table(page_text, GPU_RESULTS, gpu.report(GPU_RESULTS))
+
+
+def pages() -> dict[Path, str]:
+    """Every docs page as the result files make it."""
+    out = {}
+    for page in sorted(DOCS.glob("*.md")):
+        text = page.read_text()
+        new = fill_tables(text)
+        if page.name == "benchmarks.md":
+            new = benchmarks_block(new)
+        if page.name == "gpu.md":
+            new = gpu_block(new)
+        out[page] = new
+    return out
+
+
+def is_default(row: dict) -> bool:
+    """A row of the defaults (a seed at most among its overrides)."""
+    return re.fullmatch(r"(seed=\d+)?", row["overrides"].strip()) is not None
+
+
+def learning_curves(rows: list[dict], path: Path) -> None:
+    """One panel per map: the share of greedy races finished in each tenth of the budget,
+    the defaults' runs in colour (a line per seed), every other setting in grey."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by_map: dict[str, list[dict]] = {}
+    for r in rows:
+        if r.get("curve") and r["option"] == r["map"]:
+            by_map.setdefault(r["map"], []).append(r)
+    maps = sorted(by_map)
+    fig, axes = plt.subplots(1, len(maps), figsize=(5.5 * len(maps), 3.8), squeeze=False)
+    for ax, name in zip(axes.flat, maps):
+        grey = False
+        for r in sorted(by_map[name], key=is_default):
+            x = [(i + 1) * r["minutes"] / len(r["curve"]) for i in range(len(r["curve"]))]
+            y = [None if c is None else 100 * c for c in r["curve"]]
+            if is_default(r):
+                label = f"defaults, {r['overrides'] or 'seed=0'}, {r['minutes']:g} min"
+                ax.plot(x, y, marker=".", lw=1.6, label=label)
+            else:
+                ax.plot(x, y, color="0.75", lw=0.8, label=None if grey else "other settings")
+                grey = True
+        ax.axhline(90, color="grey", lw=0.8, ls="--")
+        ax.set_title(name)
+        ax.set_ylim(-3, 103)
+        ax.set_xlabel("minutes of training")
+        ax.set_ylabel("greedy races finished, %")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def lever_figure(rows: list[dict], path: Path, maps: tuple[str, ...] = ("technical", "hairpins")):
+    """Every 30-minute row of the hard maps: the last window's finish rate, a dot per seed."""
+    import textwrap
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = []
+    for name in maps:
+        levers: dict[str, list[float]] = {}
+        for r in rows:
+            if r["map"] == name and r["option"] == name and r["minutes"] == 30:
+                tag = re.sub(r"\s*seed=\d+", "", r["overrides"]).strip() or "defaults"
+                levers.setdefault(tag, []).append(100 * r["finish_rate"])
+        panels.append((name, levers))
+    heights = [max(2, len(levers)) for _, levers in panels]
+    fig, axes = plt.subplots(
+        len(panels), 1, figsize=(12, 0.5 * sum(heights) + 1.5), height_ratios=heights
+    )
+    for ax, (name, levers) in zip(axes, panels):
+        names = sorted(levers, key=lambda k: statistics.median(levers[k]))
+        for i, k in enumerate(names):
+            ax.scatter(levers[k], [i] * len(levers[k]), color="C0", zorder=3)
+            ax.plot([statistics.median(levers[k])] * 2, [i - 0.3, i + 0.3], color="C3")
+        labels = [textwrap.fill(n, 48) for n in names]
+        ax.set_yticks(range(len(names)), labels, fontsize=7)
+        ax.axvline(90, color="grey", lw=0.8, ls="--")
+        ax.set_xlim(-3, 103)
+        ax.set_title(f"{name}, 30 minutes on 2 cores")
+    axes[-1].set_xlabel(
+        "greedy races finished in the last 10 minutes, % (dot: a seed, bar: median)"
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="only check that the pages are current")
+    args = ap.parse_args(argv)
+    stale = []
+    for page, text in pages().items():
+        if page.read_text() != text:
+            stale.append(page.relative_to(ROOT))
+            if not args.check:
+                page.write_text(text)
+    if args.check:
+        if stale:
+            names = ", ".join(map(str, stale))
+            print(f"make_docs: {names} differ from their result files: run scripts/make_docs.py")
+            return 1
+        return 0
+    IMG.mkdir(exist_ok=True)
+    bench = load_script("bench_learning")
+    rows = bench.ordered_rows(json.loads((DOCS / "bench_learning.json").read_text()))
+    learning_curves(rows, IMG / "learning_curves.png")
+    lever_figure(rows, IMG / "levers.png")
+    for p in stale:
+        print(f"make_docs: wrote {p}")
+    print(f"make_docs: drew {IMG.relative_to(ROOT)}/learning_curves.png and levers.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

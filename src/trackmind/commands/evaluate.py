@@ -1,0 +1,105 @@
+"""Greedy races of a trained agent on any map: race time, ratio to reference, finish rate.
+
+    python scripts/evaluate.py outputs/<run>/agent.pt                      # its training maps
+    python scripts/evaluate.py agent.pt --maps hairpins procedural:42 --races 3
+    python scripts/evaluate.py agent.pt --maps starter --trace             # actions and Q
+    python scripts/evaluate.py agent.pt --plot-dir outputs/eval            # plots and GIFs
+    python scripts/evaluate.py agent.pt --maps a01                         # a registered map
+    python scripts/evaluate.py agent.pt --taus random --races 5            # Linesight's acting
+
+The checkpoint carries the config it was trained with (network, env, reward), so the same
+observations are built, in the same game: the sim, or the real game for an agent trained
+with env=tminterface. Maps may be any built-in, procedural or imported map, including maps
+the agent never saw, or the name of a conf/map option (its cycle's maps, with their
+challenge files and reference times: how real-game maps are registered). Greedy actions use
+the quantile midpoints as taus, as training's greedy races do, so in the sim a race depends
+on the weights alone: best.pt repeats the race it was kept for (its time is printed beside),
+and more races only differ in the real game or with `--taus random`. A bad checkpoint is one
+line and exit status 2; maps that cannot be loaded are skipped, the others raced, and each
+bad map ends the output with one line (exit status 2).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from trackmind.cli import OneLineParser, int_at_least, share
+from trackmind.defaults import conf_path
+from trackmind.evaluation import evaluate, load_checkpoint, map_entries
+from trackmind.tmi.connection import GameUnavailable
+
+MAP_CONF = conf_path() / "map"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = OneLineParser(description=__doc__)
+    ap.add_argument("checkpoint")
+    ap.add_argument(
+        "--maps",
+        nargs="+",
+        default=None,
+        help="maps or conf/map options (default: the training map cycle)",
+    )
+    ap.add_argument("--races", type=int_at_least(1), default=1)
+    ap.add_argument("--trace", action="store_true", help="print actions and Q along a race")
+    ap.add_argument("--plot-dir", default=None, help="write a trajectory plot + GIF per map here")
+    ap.add_argument("--no-video", action="store_true", help="with --plot-dir: no GIF")
+    ap.add_argument(
+        "--taus",
+        choices=("midpoint", "random"),
+        default="midpoint",
+        help="taus of the greedy Q: fixed midpoints (as training's greedy races) or random",
+    )
+    ap.add_argument(
+        "--cvar",
+        type=share(),
+        default=None,
+        help="risk of the greedy Q: the mean of the lowest CVAR share of quantiles, in (0, 1] "
+        "(default: the checkpoint's network.greedy_cvar, 1 = the mean)",
+    )
+    args = ap.parse_args(argv)
+    try:
+        ckpt = load_checkpoint(args.checkpoint)
+        if args.maps:
+            maps = map_entries(args.maps, MAP_CONF)
+        else:  # the training cycle, with its challenge files and reference times
+            maps = list(ckpt["config"]["map"]["cycle"])
+        rows = evaluate(
+            ckpt,
+            maps,
+            args.races,
+            args.trace,
+            args.plot_dir,
+            not args.no_video,
+            args.taus == "midpoint",
+            args.cvar,
+        )
+    except (ValueError, GameUnavailable) as e:  # MapError and ConfigError are ValueErrors too
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    failed = [r for r in rows if "error" in r]
+    rows = [r for r in rows if "error" not in r]
+    if rows:
+        print("| map | finish rate | best time | reference | ratio | progress | last end |")
+        print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        best = f"{r['best_s']:.2f} s" if r["best_s"] else "-"
+        ratio = f"{r['ratio']:.3f}" if r["ratio"] else "-"
+        print(
+            f"| {r['map']} | {r['finish_rate']:.2f} | {best} | {r['reference_s']:.2f} s | "
+            f"{ratio} | {r['progress']:.0%} | {', '.join(r['end'])} |"
+        )
+    kept = ckpt.get("race")
+    if isinstance(kept, dict) and kept.get("race_time_ms"):  # best.pt: the race it was kept for
+        exact = "" if kept.get("exact", True) else "; later weights, that version was gone"
+        print(
+            f"kept for a greedy race on {kept['map']} in training: "
+            f"{kept['race_time_ms'] / 1000:.2f} s (weights version {kept.get('version')}{exact})"
+        )
+    for r in failed:  # every map that could be raced was; these could not be loaded
+        print(f"error: map {r['map']}: {r['error']}", file=sys.stderr)
+    return 2 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

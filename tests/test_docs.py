@@ -1,0 +1,84 @@
+"""The front door and the docs site: README short and linked, every result table generated."""
+
+from __future__ import annotations
+
+import re
+
+from test_scripts import ROOT, load_script
+
+DOCS = ROOT / "docs"
+GENERATED = (
+    r"<!-- table: [\w./-]+ -->.*?<!-- /table -->",
+    r"<!-- bench-learning:begin -->.*?<!-- bench-learning:end -->",
+    r"<!-- gpu-check table: begin -->.*?<!-- gpu-check table: end -->",
+    r"```.*?```",
+)
+# reference tables (formats, terms, map specs) describe the code; no figure is measured in them
+REFERENCE_TABLES = {
+    "| term | shape | what |",
+    "| slice | term | features | in the sim |",
+    "| term | value | default |",
+    "| term | outcome | fires when |",
+    "| spec | what |",
+    "| key | type | meaning |",
+    "| key | meaning |",
+}
+
+
+def hand_tables(text: str) -> list[str]:
+    """The header lines of the Markdown tables outside generated blocks and code."""
+    for pattern in GENERATED:
+        text = re.sub(pattern, "", text, flags=re.S)
+    lines = text.splitlines()
+    return [lines[i - 1] for i, ln in enumerate(lines) if re.fullmatch(r"\|[-| :]+\|", ln)]
+
+
+def test_docs_pages_are_what_their_result_files_give():
+    assert load_script("make_docs").main(["--check"]) == 0
+
+
+def test_no_result_table_is_kept_by_hand():
+    for page in sorted(DOCS.glob("*.md")):
+        for header in hand_tables(page.read_text()):
+            assert header in REFERENCE_TABLES, f"{page.name}: a table kept by hand: {header}"
+    assert hand_tables("a\n\n| x | y |\n|---|---|\n| 1 | 2 |\n") == ["| x | y |"]
+    assert hand_tables("<!-- table: a -->\n| x |\n|---|\n<!-- /table -->\n") == []
+
+
+def test_readme_is_a_short_front_door_whose_links_resolve():
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 250
+    assert "make train" in text and "make test" in text and "trackmind-train" in text
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text)
+    local = [link for link in links if not link.startswith("http")]
+    assert len(local) >= 10
+    for link in local:
+        assert (ROOT / link).exists(), link
+
+
+def test_tables_render_by_hand():
+    docs = load_script("make_docs")
+    assert docs.markdown_table(["a", "b"], [[1, None], ["x", 2.5]]) == (
+        "| a | b |\n|---|---|\n| 1 | - |\n| x | 2.5 |"
+    )
+    row = {
+        "map": "oval",
+        "length_m": 551.4,
+        "fit_m": 0.031,
+        "bridge": True,
+        "finished": True,
+        "time_s": 20.0,
+        "reference_s": 16.0,
+        "ratio": 1.25,
+    }
+    lines = docs.drive_table({"maps": [row, {**row, "fit_m": None, "bridge": False}]}).split("\n")
+    assert lines[2] == "| oval | 551 m | 0.03 m | yes | yes | 20.00 s | 16.00 s | 1.250 |"
+    assert lines[3] == "| oval | 551 m | - |  | yes | 20.00 s | 16.00 s | 1.250 |"
+
+
+def test_the_config_groups_table_is_read_from_conf():
+    table = load_script("make_docs").config_groups_table()
+    groups = sorted(p.name for p in (ROOT / "conf").iterdir() if p.is_dir())
+    for group in groups:
+        options = sorted(p.stem for p in (ROOT / "conf" / group).glob("*.yaml"))
+        assert f"| `{group}` | {', '.join(options)} |" in table
