@@ -23,7 +23,7 @@ TRAIN = [  # (id, argv, what the line must name)
     ("map-option", ["map=nonexistent"], "no map option 'nonexistent'"),
     ("map-option-hint", ["map=my_track.csv"], "map.cycle='[{map: path/to/map.csv}]'"),
     ("network-option", ["network=huge"], "no network option 'huge'"),
-    ("unknown-key", ["learner.nope=1"], "learner.nope: no such key"),
+    ("unknown-key", ["learner.nope=1"], "Could not override 'learner.nope'"),
     ("added-unknown-key", ["+learner.nope=1"], "nope"),
     ("unparsable-override", ["learner.lr.points=[[0,"], "learner.lr.points"),
     ("batch-size", ["learner.batch_size=0"], "learner.batch_size"),

@@ -26,6 +26,7 @@ from trackmind.env.build import make_race
 from trackmind.env.map_cycle import MapCycle
 from trackmind.env.rollout import GameInstanceManager
 from trackmind.errors import ConfigError
+from trackmind.evaluation import map_entries
 from trackmind.sim.driver import PurePursuitDriver
 from trackmind.sim.game import SimGame
 from trackmind.sim.mapio import load_map
@@ -658,7 +659,7 @@ def test_evaluate_races_a_real_game_agent_on_its_registered_map(real_map, capsys
     torch.save({"network": net.state_dict(), "config": plan.cfg}, agent)
     evaluate = load_script("evaluate")
     # --maps by conf/map option, as make_map_from_run.py registered it
-    entries = evaluate.map_entries(["starter_real", "hairpins"], real_map.parent / "conf")
+    entries = map_entries(["starter_real", "hairpins"], real_map.parent / "conf")
     assert entries[0]["challenge"] == "starter" and entries[0]["reference_time_ms"] == 12340
     assert entries[1] == {"map": "hairpins"}
     g = standin()

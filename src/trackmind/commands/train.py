@@ -135,8 +135,9 @@ def missing_extra(argv: list[str]) -> str | None:
 def override_problem(argv: list[str], conf_dir: Path) -> str | None:
     """One line for an override Hydra cannot apply (Hydra's own report is many lines).
 
-    Composes the config once with the command's overrides; a sweep (-m, hydra.mode=MULTIRUN)
-    or any other flag is left to Hydra, whose sweep syntax composes only job by job.
+    Composes the config once with the command's overrides and prints Hydra's own words, which
+    name the key, on one line. A sweep (-m, hydra.mode=MULTIRUN) or any other flag is left to
+    Hydra, whose sweep syntax composes only job by job.
     """
     if any(a.startswith(("-", "hydra.mode=")) for a in argv):
         return None
@@ -148,23 +149,22 @@ def override_problem(argv: list[str], conf_dir: Path) -> str | None:
             compose("train", overrides=argv)
         return None
     except Exception as e:  # Hydra's and OmegaConf's errors share no base class
-        text = f"{e}\n{e.__cause__ or ''}"  # Hydra puts the reason in the cause
-        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-        first = lines[0] if lines else type(e).__name__
-        key = first.split("'")[1] if first.count("'") >= 2 else ""
-        if first.startswith("Could not override") and any("not in struct" in ln for ln in lines):
-            value = next((a.partition("=")[2] for a in argv if a.startswith(f"{key}=")), "...")
-            return (
-                f"config error: {key}: no such key in the config "
-                f"(a new key needs a leading +: +{key}={value})"
-            )
-        bad = unparsable_override(argv)
-        if bad is not None:
-            return f"config error: {bad}: not a valid override ({first})"
-        detail = [ln for ln in lines[1:] if not ln.startswith(("To append", "Set the env"))]
-        return f"config error: {first}" + (f" {detail[0]}" if detail else "")
+        said = one_line(e)
+        bad = unparsable_override(argv)  # the grammar's message does not name the override
+        return (
+            f"config error: {bad}: not a valid override ({said})"
+            if bad
+            else f"config error: {said}"
+        )
     finally:
         GlobalHydra.instance().clear()
+
+
+def one_line(e: BaseException) -> str:
+    """Hydra's message on one line: its first two lines, and the first of its cause's."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()][:2]
+    cause = [ln.strip() for ln in str(e.__cause__ or "").splitlines() if ln.strip()]
+    return " ".join(lines) + (f" ({cause[0]})" if cause else "")
 
 
 def unparsable_override(argv: list[str]) -> str | None:
