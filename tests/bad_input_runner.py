@@ -4,8 +4,8 @@
 
 Each case is {"id", "script", "argv", "cwd"}. The heavy imports happen once here; a forked
 child runs the script as `__main__` with the case's argv in the case's cwd, its stderr in a
-file. Each result says the exit status, stderr, and every path under cwd that the case
-created, changed or removed.
+file. Each result says the exit status, stderr, the seconds it took (imports already warm), and
+every path under cwd that the case created, changed or removed.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import json
 import os
 import runpy
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -86,10 +87,17 @@ def main(cases_path: str, results_path: str) -> None:
         cwd = Path(case["cwd"])
         err = cwd.parent / f"{case['id']}.stderr"
         before = snapshot(cwd)
+        t0 = time.monotonic()
         code = run_case(case, err)
+        seconds = time.monotonic() - t0
         after = snapshot(cwd)
         touched = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
-        results[case["id"]] = {"code": code, "stderr": err.read_text(), "touched": touched}
+        results[case["id"]] = {
+            "code": code,
+            "stderr": err.read_text(),
+            "touched": touched,
+            "seconds": seconds,
+        }
     Path(results_path).write_text(json.dumps(results, indent=1))
 
 

@@ -338,14 +338,18 @@ def test_every_group_option_composes_and_plans(group):
 
     options = sorted(p.stem for p in (ROOT / "conf" / group).glob("*.yaml"))
     assert options
-    gpu_only = {"experiment": {"linesight_gpu"}}.get(group, set())
+    gpu_only = {"experiment": {"linesight_gpu"}, "trainer": {"gpu"}}.get(group, set())
     with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
         for opt in options:
             overrides = [f"{group}={opt}"]
             if opt in gpu_only and not torch.cuda.is_available():
-                with pytest.raises(ConfigError, match="^learner.cuda_graph: needs a CUDA"):
-                    plan_run(compose("train", overrides))  # refused in one line, at once
-                overrides.append("learner.cuda_graph=false")  # the rest of it plans here
+                if group == "experiment":
+                    with pytest.raises(ConfigError, match="^learner.cuda_graph: needs a CUDA"):
+                        plan_run(compose("train", overrides))  # refused in one line, at once
+                    overrides.append("learner.cuda_graph=false")
+                with pytest.raises(ConfigError, match="^trainer.accelerator: gpu asked for"):
+                    plan_run(compose("train", overrides))
+                overrides.append("trainer.accelerator=cpu")  # the rest of it plans here
             if group == "logger" and opt == "mlflow_server" and probe("127.0.0.1", 5000, 1.0):
                 with pytest.raises(ConfigError, match="^logger.tracking_uri: no MLflow"):
                     plan_run(compose("train", overrides))  # no server runs here: named

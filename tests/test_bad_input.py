@@ -49,6 +49,14 @@ TRAIN = [  # (id, argv, what the line must name)
     ("csv-nan", ["map.cycle=[{map: maps/nan.csv}]"], "nan.csv: line 3: NaN"),
     ("csv-empty", ["map.cycle=[{map: maps/empty.csv}]"], "empty.csv: no rows"),
     ("procedural-seed", ["map.cycle=[{map: procedural:abc}]"], "procedural seed must be an int"),
+    ("seed-type", ["seed=abc"], "seed: Value 'abc'"),
+    ("seed-float", ["seed=1.5"], "seed: Value '1.5'"),
+    ("run-name-type", ["run_name=[1,2]"], "run_name:"),
+    ("accelerator", ["trainer.accelerator=tpu"], "trainer.accelerator: must be one of"),
+    ("precision", ["trainer.precision=77"], "trainer.precision: must be one of"),
+    ("devices", ["trainer.devices=4"], "trainer.devices: must be 1"),
+    ("devices-cpu-gpu-list", ["trainer.devices=[0]"], "trainer.devices: [0] names a GPU"),
+    ("ray-fleet", ["collector=ray", "collector.processes=90"], "collector.processes: 90 workers"),
     ("resume-missing", ["resume=outputs/nowhere"], "nowhere"),
     ("resume-corrupt", ["resume=corrupt.ckpt"], "corrupt.ckpt"),
 ]
@@ -94,6 +102,7 @@ SCRIPTS = [  # (id, script, argv, what the line must name)
 ]  # fmt: skip
 if not torch.cuda.is_available():  # a CPU machine: asking for the GPU is a config error
     TRAIN.append(("collector-device-cuda", ["collector.device=cuda"], "collector.device: cuda"))
+    TRAIN.append(("trainer-gpu", ["trainer=gpu"], "trainer.accelerator: gpu asked for"))
 CASES = [(f"train-{i}", "train", argv, want) for i, argv, want in TRAIN] + SCRIPTS
 
 
@@ -137,3 +146,4 @@ def test_bad_input_is_one_line_and_exit_2(results, case_id, script, argv, want):
     assert "\n" not in err and "Traceback" not in err, err[-800:]
     assert want in err, err
     assert r["touched"] == [], f"{script} {argv} changed {r['touched']}"
+    assert r["seconds"] < 10.0, f"{script} {argv} took {r['seconds']:.1f} s"

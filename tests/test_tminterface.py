@@ -32,7 +32,7 @@ from trackmind.sim.game import SimGame
 from trackmind.sim.mapio import load_map
 from trackmind.sim.track import Track
 from trackmind.tmi.capture import make_capture, resize_area, to_frame
-from trackmind.tmi.config import probe_servers, tminterface_config
+from trackmind.tmi.config import tminterface_config
 from trackmind.tmi.connection import GameUnavailable, standin_factory
 from trackmind.tmi.game import TMInterfaceGame
 from trackmind.tmi.launcher import CommandLauncher, fill
@@ -42,6 +42,7 @@ from trackmind.tmi.reference_line import (
     resample_polyline,
     zone_centers,
 )
+from trackmind.tmi.run_check import probe_servers
 from trackmind.tmi.standin import find_standin, start_standin, stop_all_standins
 from trackmind.tmi.state import (
     game_to_world,

@@ -32,7 +32,7 @@ GAMES: dict[str, Backend] = {
 REALTIME = "trackmind.tmi.build:wrap_realtime"
 # every run, before any process starts: fn(cfg, cycle) checks the real game and real time
 # settings (and that a simulator run carries none)
-GAME_RUN_CHECK = "trackmind.tmi.config:check_run"
+GAME_RUN_CHECK = "trackmind.tmi.run_check:check_run"
 
 # collector.backend -> CollectorPool class (cfg, shared, n_processes, max_restarts, seed)
 COLLECTOR_POOLS: dict[str, Backend] = {

@@ -45,7 +45,8 @@ def check_known_keys(given: dict, known: set[str] | list[str], prefix: str) -> N
 
 
 def check_schema(section: Mapping | None, schema: type[T], key: str) -> T:
-    """The section as a validated `schema` instance; ConfigError naming `key.<field>`.
+    """The section as a validated `schema` instance; ConfigError naming `key.<field>`
+    (`<field>` alone when `key` is "", for the config's top-level keys).
 
     The one way a config group is checked: the group's dataclass (its fields are the keys,
     mirroring what it configures) is merged with the composed section by OmegaConf (unknown
@@ -58,11 +59,13 @@ def check_schema(section: Mapping | None, schema: type[T], key: str) -> T:
         merged = OmegaConf.merge(OmegaConf.structured(schema), dict(section or {}))
         return OmegaConf.to_object(merged)  # type: ignore[return-value]
     except ConfigError as e:  # from __post_init__: a bare field name goes under `key`
-        if e.key == key or e.key.startswith((f"{key}.", f"{key}[")):
+        if not key or e.key == key or e.key.startswith((f"{key}.", f"{key}[")):
             raise
         raise ConfigError(f"{key}.{e.key}", e.message) from None
     except OmegaConfBaseException as e:
         sub = getattr(e, "full_key", None) or ""
+        if not key:  # top-level keys: the key itself
+            key, sub = sub, ""
         msg = (getattr(e, "msg", None) or str(e)).splitlines()[0]
         if isinstance(e, MissingMandatoryValue):
             msg = "missing: this key is required"

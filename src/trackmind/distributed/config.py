@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -110,6 +111,19 @@ class RayCollectorConfig(CollectorConfig):
             )
 
 
+def fleet_problem(col: Mapping, cpus: float, where: str) -> str | None:
+    """Why the fleet cannot be placed on `cpus` CPUs, or None: every worker reserves
+    cpus_per_worker, and Ray would otherwise start them all and wait forever for the rest."""
+    n, each = int(col["processes"]), int(col.get("cpus_per_worker", 1))
+    if n * each <= cpus:
+        return None
+    return (
+        f"{n} workers of {each} CPU(s) each need {n * each} CPUs, and {where} has {cpus:g}; "
+        "use fewer processes"
+        + (", or collector.num_cpus to oversubscribe on purpose" if where == "this machine" else "")
+    )
+
+
 def worker_cuda_available(col: Mapping, cuda_available: bool) -> bool:
     """Whether a worker actor may infer on a GPU: only one it reserved (gpus_per_worker > 0),
     so `auto` never lands several unreserved workers on a GPU."""
@@ -134,6 +148,9 @@ def validate_ray_collector(col: Mapping) -> None:
         "collector=ray needs Ray, an optional feature: pip install 'trackmind[ray]'",
     )
     kind, host, port = parse_address(col.get("address"))
+    if kind == "local" and col.get("num_cpus") is None:  # Ray starts a process per CPU asked
+        problem = fleet_problem(col, os.cpu_count() or 1, "this machine")
+        require(problem is None, "collector.processes", str(problem))
     gpus = float(col.get("gpus_per_worker", 0) or 0)
     if kind == "local" and gpus > 0:
         import torch

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from trackmind.distributed.config import parse_address
+from trackmind.distributed.config import fleet_problem, parse_address
 from trackmind.errors import ConfigError, first_line
 
 log = logging.getLogger(__name__)
@@ -116,6 +116,20 @@ def connect_ray(ccfg: Mapping) -> bool:
     ctx = ray.get_runtime_context()
     log.info("Ray %s: node %s", "started" if local else "joined", ctx.get_node_id()[:12])
     return True
+
+
+def check_cluster_fits(ccfg: Mapping) -> None:
+    """ConfigError (collector.processes) when the joined cluster has fewer CPUs than the
+    fleet reserves: Ray would start the workers it can place and wait forever for the rest."""
+    import ray
+
+    kind, _, _ = parse_address(ccfg.get("address"))
+    if kind == "local":
+        return  # plan_run checked this machine (or num_cpus asks for more on purpose)
+    cpus = float(ray.cluster_resources().get("CPU", 0))
+    problem = fleet_problem(ccfg, cpus, f"the cluster at {ccfg.get('address')}")
+    if problem is not None:
+        raise ConfigError("collector.processes", problem)
 
 
 # a throwaway driver: Ray's own connection retries cannot be bounded or interrupted in-process

@@ -21,7 +21,7 @@ from typing import Any
 
 import ray
 
-from trackmind.distributed.connect import connect_ray
+from trackmind.distributed.connect import check_cluster_fits, connect_ray
 from trackmind.distributed.interface import ReplayBufferInterface
 from trackmind.distributed.manager import RolloutManager
 from trackmind.distributed.receiver import Receiver
@@ -56,6 +56,7 @@ class RayCollectorPool:
         self.deaths: list[tuple[int, Any]] = []
         self.on_restart: Callable[[int], None] | None = None
         self.owns_ray = connect_ray(self.ccfg)
+        check_cluster_fits(self.ccfg)
         self.manager: Any = None  # the actors, once started
         self.interface: Any = None
         self.statistics: Any = None

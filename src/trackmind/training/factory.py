@@ -29,7 +29,9 @@ from trackmind.training.schema import (
     CheckpointConfig,
     LoggerConfig,
     MapConfig,
+    RunConfig,
     TrainerConfig,
+    check_trainer_machine,
 )
 
 TOP_KEYS = {
@@ -127,6 +129,8 @@ def plan_run(cfg: Any) -> RunPlan:
     if pool.check is not None:
         load(pool.check)(cfg["collector"])  # e.g. Ray installed, its cluster answering
     # run-level groups: structured schemas (types, unknown keys, ranges), values normalised
+    run_keys = {k: cfg[k] for k in RunConfig.__dataclass_fields__ if k in cfg}
+    cfg.update(asdict(check_schema(run_keys, RunConfig, "")))
     cfg["trainer"] = asdict(check_schema(cfg["trainer"], TrainerConfig, "trainer"))
     tcfg = cfg["trainer"]
     check_cuda_graph(
@@ -135,6 +139,7 @@ def plan_run(cfg: Any) -> RunPlan:
         tcfg["precision"],
         torch.cuda.is_available(),
     )
+    check_trainer_machine(tcfg, torch.cuda.device_count() if torch.cuda.is_available() else 0)
     cfg["logger"] = asdict(check_schema(cfg["logger"], LoggerConfig, "logger"))
     if cfg["logger"]["backend"] == "mlflow":  # a store MLflow knows, a server that answers
         check_tracking_uri(cfg["logger"]["tracking_uri"])

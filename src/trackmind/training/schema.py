@@ -19,6 +19,42 @@ from omegaconf import MISSING
 
 from trackmind.errors import require
 
+ACCELERATORS = ("cpu", "gpu", "cuda", "auto")
+# Lightning's precision names (the short ones are its aliases)
+PRECISIONS = ("32-true", "32", "bf16-mixed", "bf16", "16-mixed", "16", "bf16-true", "16-true")
+
+
+@dataclass
+class RunConfig:
+    """train.yaml's own keys (the groups have their schemas)."""
+
+    seed: int = 0
+    run_name: str | None = None  # MLflow run name; default: the overrides of the run
+    resume: str | None = None  # a checkpoint, a run's output dir or an MLflow run id
+
+
+def check_trainer_machine(tcfg: Mapping, cuda_devices: int) -> None:
+    """The trainer's settings against this machine: a GPU asked for must be here."""
+    acc, dev = tcfg["accelerator"], tcfg["devices"]
+    on_gpu = acc in ("gpu", "cuda") or (acc == "auto" and cuda_devices > 0)
+    require(
+        on_gpu or not isinstance(dev, list),
+        "trainer.devices",
+        f"{dev} names a GPU, but the learner runs on the CPU here (devices: 1)",
+    )
+    if acc in ("gpu", "cuda"):
+        require(
+            cuda_devices > 0,
+            "trainer.accelerator",
+            f"{acc} asked for, but torch finds no CUDA GPU on this machine (use trainer=cpu)",
+        )
+        index = dev[0] if isinstance(dev, list) else 0
+        require(
+            index < cuda_devices,
+            "trainer.devices",
+            f"GPU number {index} asked for, but this machine has {cuda_devices}",
+        )
+
 
 @dataclass
 class TrainerConfig:
@@ -37,6 +73,25 @@ class TrainerConfig:
     progress_bar: bool = True
 
     def __post_init__(self) -> None:
+        require(
+            self.accelerator in ACCELERATORS,
+            "trainer.accelerator",
+            f"must be one of {', '.join(ACCELERATORS)}, got {self.accelerator!r}",
+        )
+        require(
+            str(self.precision) in PRECISIONS,
+            "trainer.precision",
+            f"must be one of {', '.join(PRECISIONS)}, got {self.precision!r}",
+        )
+        d = self.devices
+        one = d == 1 or (
+            isinstance(d, list) and len(d) == 1 and isinstance(d[0], int) and d[0] >= 0
+        )
+        require(
+            one and not isinstance(d, bool),
+            "trainer.devices",
+            f"must be 1, or [i] for GPU number i: the learner runs in one process, got {d!r}",
+        )
         mt, ms = self.max_time_s, self.max_steps
         require(mt is None or mt > 0, "trainer.max_time_s", f"must be > 0 or null, got {mt!r}")
         require(ms == -1 or ms > 0, "trainer.max_steps", f"must be -1 or > 0, got {ms!r}")
