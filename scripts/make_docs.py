@@ -8,7 +8,8 @@ No table in docs/ is kept by hand. A page holds a generated table between
 `<!-- table: NAME -->` and `<!-- /table -->`, where NAME names its source:
 - `config-groups`: the Hydra groups and options found in conf/, with what each group is for
   (docs/results/config-groups.json);
-- a file docs/results/NAME.json: either `scripts/drive.py --json` output (a map table) or
+- a file docs/results/NAME.json: `scripts/drive.py --json` output (a map table),
+  `trackmind-evaluate --json` output (greedy races of a checkpoint), or
   `{"columns": [...], "rows": [[...]]}` (a measurement recorded as a result file).
 The learning benchmark's tables (docs/benchmarks.md, from docs/bench_learning.json) are
 written by scripts/bench_learning.py's own table code, and docs/gpu.md's by
@@ -68,6 +69,25 @@ def drive_table(result: dict) -> str:
     return markdown_table(columns, rows)
 
 
+def evaluation_table(result: dict) -> str:
+    """trackmind-evaluate --json output: each map's greedy races, and where the last ended."""
+    rows = []
+    for r in result["maps"]:
+        finished = r["best_s"] is not None
+        rows.append(
+            [
+                r["map"],
+                f"{r['finish_rate']:.0%}",
+                f"{r['best_s']:.2f} s" if finished else "-",
+                f"{r['reference_s']:.2f} s",
+                f"{r['ratio']:.3f}" if finished else "-",
+                "finished" if finished else f"{r['progress']:.0%} ({', '.join(r['end'])})",
+            ]
+        )
+    columns = ["map", "finished", "best time", "reference", "ratio", "last race"]
+    return markdown_table(columns, rows)
+
+
 def config_groups_table() -> str:
     """Every Hydra group of conf/ with its options, as they are on disk."""
     what = json.loads((RESULTS / "config-groups.json").read_text())
@@ -90,6 +110,8 @@ def render(name: str) -> str:
     if not path.is_file():
         raise SystemExit(f"error: a table names {name}, but {path.relative_to(ROOT)} is missing")
     data = json.loads(path.read_text())
+    if "checkpoint" in data:
+        return evaluation_table(data)
     if "maps" in data:
         return drive_table(data)
     return markdown_table(data["columns"], data["rows"])

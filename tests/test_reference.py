@@ -17,6 +17,7 @@ from trackmind.sim.reference import (
     velocity_profile,
 )
 from trackmind.sim.track import Track, curvature
+from trackmind.sim.vehicle import VehicleParams
 
 
 def test_profile_on_a_straight_is_constant_acceleration():
@@ -88,3 +89,25 @@ def test_scripted_driver_finishes_every_builtin_map_between_1x_and_2x_reference(
         ref = reference_time_ms(t)
         assert r["finished"], t.name
         assert ref <= r["race_time_ms"] <= 2.0 * ref, (t.name, r, ref)
+
+
+def test_axle_friction_of_the_bound_script_by_hand():
+    """scripts/reference_bounds.py: the two axles' friction circles, braking split evenly."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "reference_bounds.py"
+    spec = importlib.util.spec_from_file_location("reference_bounds", path)
+    rb = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rb)
+    front, rear = rb.axle_grips(VehicleParams())
+    # static loads 1.4 / 2.6 and 1.2 / 2.6 of g, times mu = 3 (rear x 1.15)
+    assert front == pytest.approx(3.0 * 9.81 * 1.4 / 2.6, rel=1e-3)
+    assert rear == pytest.approx(3.0 * 1.15 * 9.81 * 1.2 / 2.6, rel=1e-3)
+    assert rb.lateral_capacity(0.0, 10.0, 8.0) == pytest.approx(18.0)
+    assert rb.lateral_capacity(12.0, 10.0, 8.0) == pytest.approx(8.0 + np.sqrt(28.0))  # 6 each
+    assert rb.lateral_capacity(40.0, 10.0, 8.0) == 0.0  # both axles saturated
+    fx = rb.longitudinal_budget(8.0 + np.sqrt(28.0), 30.0, 10.0, 8.0)
+    assert fx == pytest.approx(12.0, abs=1e-6)  # the inverse of the line above
+    assert rb.longitudinal_budget(5.0, 4.0, 10.0, 8.0) == 4.0  # grip to spare: the limit
+    assert rb.longitudinal_budget(19.0, 4.0, 10.0, 8.0) == 0.0  # no grip left to brake

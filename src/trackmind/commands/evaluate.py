@@ -6,6 +6,7 @@
     python scripts/evaluate.py agent.pt --plot-dir outputs/eval            # plots and GIFs
     python scripts/evaluate.py agent.pt --maps a01                         # a registered map
     python scripts/evaluate.py agent.pt --taus random --races 5            # Linesight's acting
+    python scripts/evaluate.py agent.pt --maps circuits/*.csv --json zero_shot.json
 
 The checkpoint carries the config it was trained with (network, env, reward), so the same
 observations are built, in the same game: the sim, or the real game for an agent trained
@@ -21,7 +22,9 @@ bad map ends the output with one line (exit status 2).
 
 from __future__ import annotations
 
+import json
 import sys
+from pathlib import Path
 
 from trackmind.cli import OneLineParser, int_at_least, share
 from trackmind.defaults import conf_path
@@ -57,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         help="risk of the greedy Q: the mean of the lowest CVAR share of quantiles, in (0, 1] "
         "(default: the checkpoint's network.greedy_cvar, 1 = the mean)",
     )
+    ap.add_argument("--json", type=Path, default=None, help="also write the rows to this file")
     args = ap.parse_args(argv)
     try:
         ckpt = load_checkpoint(args.checkpoint)
@@ -89,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
             f"| {r['map']} | {r['finish_rate']:.2f} | {best} | {r['reference_s']:.2f} s | "
             f"{ratio} | {r['progress']:.0%} | {', '.join(r['end'])} |"
         )
+    if args.json:
+        write_rows(args.json, args.checkpoint, rows, failed)
     kept = ckpt.get("race")
     if isinstance(kept, dict) and kept.get("race_time_ms"):  # best.pt: the race it was kept for
         exact = "" if kept.get("exact", True) else "; later weights, that version was gone"
@@ -99,6 +105,19 @@ def main(argv: list[str] | None = None) -> int:
     for r in failed:  # every map that could be raced was; these could not be loaded
         print(f"error: map {r['map']}: {r['error']}", file=sys.stderr)
     return 2 if failed else 0
+
+
+def write_rows(path: Path, checkpoint: str, rows: list[dict], failed: list[dict]) -> None:
+    """The evaluation as a result file: per map its finish rate, best time, ratio, progress
+    and how its last race ended (scripts/make_docs.py tables it)."""
+    keys = ("map", "finish_rate", "best_s", "reference_s", "ratio", "progress", "end")
+    out = {
+        "checkpoint": str(checkpoint),
+        "maps": [{k: r.get(k) for k in keys} for r in rows],
+        "errors": [{"map": r["map"], "error": str(r["error"])} for r in failed],
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=1, default=float) + "\n")
 
 
 if __name__ == "__main__":
