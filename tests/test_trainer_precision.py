@@ -5,20 +5,20 @@ import logging
 import pytest
 
 from trackmind.training import run
+from trackmind.training.schema import TrainerConfig
 
 
-def _tcfg(precision: str) -> dict:
-    return {
-        "accelerator": "cpu",
-        "devices": 1,
-        "precision": precision,
-        "max_steps": 1,
-        "max_time_s": None,
-        "val_check_interval": 1,
-        "limit_val_batches": 1,
-        "log_every_n_steps": 1,
-        "progress_bar": False,
-    }
+def _tcfg(precision: str) -> TrainerConfig:
+    return TrainerConfig(
+        accelerator="cpu",
+        precision=precision,
+        max_steps=1,
+        max_time_s=None,
+        val_check_interval=1,
+        limit_val_batches=1,
+        log_every_n_steps=1,
+        progress_bar=False,
+    )
 
 
 @pytest.mark.parametrize(

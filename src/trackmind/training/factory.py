@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,14 +25,20 @@ from trackmind.env.build import (
 from trackmind.env.map_cycle import MapCycle
 from trackmind.env.observations import FLOATS
 from trackmind.errors import check_known_keys, check_schema, require
+from trackmind.replay.config import BufferConfig
 from trackmind.training.schema import (
     CheckpointConfig,
+    CollectorConfig,
     LoggerConfig,
     MapConfig,
     RunConfig,
     TrainerConfig,
     check_trainer_machine,
 )
+
+if TYPE_CHECKING:
+    from trackmind.agent.network_config import NetworkConfig
+    from trackmind.training.module import LearnerConfig
 
 TOP_KEYS = {
     "map",
@@ -82,7 +88,12 @@ def resolve_frame_shape(cfg: dict) -> dict:
 
 @dataclass
 class RunPlan:
-    """Everything the learner needs to know before it starts processes."""
+    """Everything the learner needs to know before it starts processes.
+
+    `cfg` is the checked config as plain data (what collector processes receive and a
+    checkpoint saves); the typed groups are the same values, validated once, that the
+    learner's builders take.
+    """
 
     cfg: dict
     cycle: MapCycle
@@ -92,6 +103,14 @@ class RunPlan:
     float_std: np.ndarray
     ms_per_action: int
     potential_weights: dict[str, float]
+    run: RunConfig
+    network: NetworkConfig
+    buffer: BufferConfig
+    learner: LearnerConfig
+    collector: CollectorConfig
+    trainer: TrainerConfig
+    logger: LoggerConfig
+    checkpoint: CheckpointConfig
 
 
 def plan_run(cfg: Any) -> RunPlan:
@@ -101,7 +120,6 @@ def plan_run(cfg: Any) -> RunPlan:
     from trackmind.agent.exploration import build_exploration
     from trackmind.agent.network_config import network_config
     from trackmind.game.starts import StartsConfig
-    from trackmind.replay.config import BufferConfig
     from trackmind.tracking.tracking_uri import check_tracking_uri
     from trackmind.training.module import check_cuda_graph, learner_config
 
@@ -117,33 +135,34 @@ def plan_run(cfg: Any) -> RunPlan:
     frame_shape = frame_shape_of(env)
     float_dim = float_dim_of(obs)
     require(float_dim > 0, "env.observation.terms", "a `floats` group is needed by the IQN network")
-    network_config(cfg["network"], float_dim, frame_shape)
+    network = network_config(cfg["network"], float_dim, frame_shape)
     build_exploration(cfg["exploration"])
     StartsConfig.from_config(cfg["exploration"].get("starts"))
-    bcfg = BufferConfig.from_dict(cfg["buffer"])
+    buffer = BufferConfig.from_dict(cfg["buffer"])
     ms_per_action = env_config(env).action_ms
-    bcfg.horizon_actions(ms_per_action)
-    cfg["learner"] = asdict(learner_config(cfg["learner"]))
+    buffer.horizon_actions(ms_per_action)
+    learner = learner_config(cfg["learner"])
+    cfg["learner"] = asdict(learner)
     pool = choose(COLLECTOR_POOLS, cfg["collector"].get("backend"), "collector.backend")
-    cfg["collector"] = asdict(check_schema(cfg["collector"], load(pool.schema), "collector"))
+    collector = check_schema(cfg["collector"], load(pool.schema), "collector")
+    cfg["collector"] = asdict(collector)
     if pool.check is not None:
         load(pool.check)(cfg["collector"])  # e.g. Ray installed, its cluster answering
     # run-level groups: structured schemas (types, unknown keys, ranges), values normalised
     run_keys = {k: cfg[k] for k in RunConfig.__dataclass_fields__ if k in cfg}
-    cfg.update(asdict(check_schema(run_keys, RunConfig, "")))
-    cfg["trainer"] = asdict(check_schema(cfg["trainer"], TrainerConfig, "trainer"))
-    tcfg = cfg["trainer"]
-    check_cuda_graph(
-        learner_config(cfg["learner"]),
-        tcfg["accelerator"],
-        tcfg["precision"],
-        torch.cuda.is_available(),
-    )
-    check_trainer_machine(tcfg, torch.cuda.device_count() if torch.cuda.is_available() else 0)
-    cfg["logger"] = asdict(check_schema(cfg["logger"], LoggerConfig, "logger"))
-    if cfg["logger"]["backend"] == "mlflow":  # a store MLflow knows, a server that answers
-        check_tracking_uri(cfg["logger"]["tracking_uri"])
-    cfg["checkpoint"] = asdict(check_schema(cfg.get("checkpoint"), CheckpointConfig, "checkpoint"))
+    run = check_schema(run_keys, RunConfig, "")
+    cfg.update(asdict(run))
+    trainer = check_schema(cfg["trainer"], TrainerConfig, "trainer")
+    cfg["trainer"] = asdict(trainer)
+    check_cuda_graph(learner, trainer.accelerator, trainer.precision, torch.cuda.is_available())
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    check_trainer_machine(cfg["trainer"], gpus)
+    logger = check_schema(cfg["logger"], LoggerConfig, "logger")
+    cfg["logger"] = asdict(logger)
+    if logger.backend == "mlflow":  # a store MLflow knows, a server that answers
+        check_tracking_uri(logger.tracking_uri)
+    checkpoint = check_schema(cfg.get("checkpoint"), CheckpointConfig, "checkpoint")
+    cfg["checkpoint"] = asdict(checkpoint)
     cycle = MapCycle.from_config(cfg["map"].get("cycle"), "map.cycle")
     check_schema(cfg["map"], MapConfig, "map")
     load(GAME_RUN_CHECK)(cfg, cycle)  # real game / real time: settings, maps, servers answering
@@ -159,6 +178,14 @@ def plan_run(cfg: Any) -> RunPlan:
         float_std=stats.std,
         ms_per_action=ms_per_action,
         potential_weights={name: 1.0 for name in recorded},
+        run=run,
+        network=network,
+        buffer=buffer,
+        learner=learner,
+        collector=collector,
+        trainer=trainer,
+        logger=logger,
+        checkpoint=checkpoint,
     )
 
 

@@ -12,7 +12,7 @@ import json
 import logging
 import math
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
@@ -53,6 +53,7 @@ from trackmind.training.pool import CollectorPool, make_collector_pool
 from trackmind.training.progress import RaceProgressBar
 from trackmind.training.race_media import BestRaceMedia
 from trackmind.training.race_stats import RaceStats
+from trackmind.training.schema import TrainerConfig
 from trackmind.training.shared import SharedHandles, make_shared, shared_device
 
 log = logging.getLogger(__name__)
@@ -89,15 +90,15 @@ class Learner:
     history: WeightHistory
 
 
-def learner_device(tcfg: Mapping) -> str:
+def learner_device(trainer: TrainerConfig) -> str:
     """The learner's torch device type: cuda for a GPU trainer on a machine with CUDA."""
-    gpu = tcfg["accelerator"] in ("gpu", "cuda", "auto") and torch.cuda.is_available()
+    gpu = trainer.accelerator in ("gpu", "cuda", "auto") and torch.cuda.is_available()
     return "cuda" if gpu else "cpu"
 
 
-def learner_gpu_bytes(tcfg: Mapping) -> int | None:
+def learner_gpu_bytes(trainer: TrainerConfig) -> int | None:
     """The memory of the learner's GPU in bytes; None for a CPU learner."""
-    if learner_device(tcfg) != "cuda":
+    if learner_device(trainer) != "cuda":
         return None
     return torch.cuda.get_device_properties(0).total_memory
 
@@ -121,30 +122,23 @@ def build_learner(plan: RunPlan, resumed_state: dict | None) -> Learner:
     shape = (plan.frame_shape, plan.float_dim, plan.float_mean, plan.float_std)
     net = build_network_from(cfg, *shape)
     device = shared_device(cfg["collector"], torch.cuda.is_available())  # the collectors'
-    shared = make_shared(
-        build_network_from(cfg, *shape), int(cfg["collector"]["queue_size"]), device
-    )
+    shared = make_shared(build_network_from(cfg, *shape), plan.collector.queue_size, device)
     frame = (1, *plan.frame_shape) if plan.frame_shape is not None else None
-    seed = int(cfg.get("seed", 0))
-    buffer_cfg = BufferConfig.from_dict(cfg["buffer"])
-    gpu_bytes = learner_gpu_bytes(cfg["trainer"])  # frames and weight history may live there
+    gpu_bytes = learner_gpu_bytes(plan.trainer)  # frames and weight history may live there
     buffers = make_buffers(
-        buffer_cfg,
+        plan.buffer,
         frame,
         plan.float_dim,
         ms_per_action=plan.ms_per_action,
-        seed=seed,
-        device=buffer_frames_device(buffer_cfg, gpu_bytes, frame),
+        seed=plan.run.seed,
+        device=buffer_frames_device(plan.buffer, gpu_bytes, frame),
     )
     history = WeightHistory.sized_for(net, history_budget(gpu_bytes))
     module = IQNLightningModule(
         net,
-        cfg["learner"],
-        n_quantiles_train=int(cfg["network"]["n_quantiles_train"]),
-        # runs saved before the key existed used the training count for the target too
-        n_quantiles_target=int(
-            cfg["network"].get("n_quantiles_target", cfg["network"]["n_quantiles_train"])
-        ),
+        plan.learner,
+        n_quantiles_train=plan.network.n_quantiles_train,
+        n_quantiles_target=plan.network.n_quantiles_target,
         frames=shared.frames_played,
         publish=WeightPublisher(shared, history),
         on_priorities=buffers.update_priorities if buffers.config.prioritized else None,
@@ -158,8 +152,8 @@ def build_data(
     plan: RunPlan, learner: Learner, pool: CollectorPool, on_best_race: Callable[[dict], None]
 ) -> ReplayDataModule:
     """The DataModule that streams batches from the buffers the collectors fill."""
-    cfg, entries = plan.cfg, plan.cycle.entries
-    max_time_s = cfg["trainer"].get("max_time_s")
+    entries, trainer = plan.cycle.entries, plan.trainer
+    max_time_s = trainer.max_time_s
     stats = RaceStats(
         reference_ms={e.name: reference_time_ms(e.track) for e in entries},
         length_m={e.name: e.track.length_m for e in entries},
@@ -167,20 +161,20 @@ def build_data(
     return ReplayDataModule(
         learner.buffers,
         learner.shared,
-        batch_size=int(cfg["learner"]["batch_size"]),
-        replay_ratio=float(cfg["learner"]["replay_ratio"]),
+        batch_size=plan.learner.batch_size,
+        replay_ratio=plan.learner.replay_ratio,
         gamma=learner.module.current_gamma,
         potential_weights=plan.potential_weights,
         stats=stats,
         check_collectors=pool.check,
-        val_batches=int(cfg["trainer"]["limit_val_batches"]),
+        val_batches=trainer.limit_val_batches,
         # a learner starved of data still stops (Lightning's timer first)
         wait_limit_s=float(max_time_s) + 60.0 if max_time_s else None,
         on_best_race=on_best_race,
         # page-locked batches: Lightning's non_blocking copy to the GPU is then asynchronous
-        pin_memory=cfg["trainer"]["accelerator"] in ("gpu", "cuda") and torch.cuda.is_available(),
+        pin_memory=trainer.accelerator in ("gpu", "cuda") and torch.cuda.is_available(),
         # the next batches sampled on a thread while the learner's step runs
-        prefetch_batches=int(cfg["trainer"].get("prefetch_batches", 0)),
+        prefetch_batches=trainer.prefetch_batches,
     )
 
 
@@ -206,36 +200,36 @@ def cpu_has_native_bf16() -> bool:
         return False
 
 
-def make_trainer(tcfg: dict, logger: Any, callbacks: list, output_dir: Path) -> L.Trainer:
+def make_trainer(tcfg: TrainerConfig, logger: Any, callbacks: list, output_dir: Path) -> L.Trainer:
     """The Lightning Trainer from the `trainer` group (checked by plan_run)."""
-    max_time = tcfg.get("max_time_s")
-    bf16_cpu = str(tcfg["precision"]).startswith("bf16") and tcfg["accelerator"] == "cpu"
+    max_time = tcfg.max_time_s
+    bf16_cpu = str(tcfg.precision).startswith("bf16") and tcfg.accelerator == "cpu"
     if bf16_cpu and not cpu_has_native_bf16():
         log.warning(
             "trainer.precision=%s: this CPU has no bf16 instructions, so the learner will be "
             "slower than with 32-true",
-            tcfg["precision"],
+            tcfg.precision,
         )
     gpu = learner_device(tcfg) == "cuda"
     if gpu:  # TF32 matmuls for fp32 layers (Lightning advises it on tensor-core GPUs)
         torch.set_float32_matmul_precision("high")
     return L.Trainer(
         benchmark=True if gpu else None,  # cuDNN picks the fastest conv kernels per shape
-        accelerator=tcfg["accelerator"],
-        devices=tcfg["devices"],
-        precision=tcfg["precision"],
-        max_steps=int(tcfg["max_steps"]),
+        accelerator=tcfg.accelerator,
+        devices=tcfg.devices,
+        precision=tcfg.precision,
+        max_steps=tcfg.max_steps,
         max_epochs=-1,
         max_time=timedelta(seconds=float(max_time)) if max_time else None,
-        val_check_interval=int(tcfg["val_check_interval"]),
+        val_check_interval=tcfg.val_check_interval,
         check_val_every_n_epoch=None,
-        limit_val_batches=int(tcfg["limit_val_batches"]),
+        limit_val_batches=tcfg.limit_val_batches,
         num_sanity_val_steps=0,
-        log_every_n_steps=int(tcfg["log_every_n_steps"]),
+        log_every_n_steps=tcfg.log_every_n_steps,
         logger=logger if logger is not None else False,
         callbacks=callbacks,
         enable_checkpointing=False,
-        enable_progress_bar=bool(tcfg.get("progress_bar", True)),
+        enable_progress_bar=tcfg.progress_bar,
         enable_model_summary=False,
         default_root_dir=str(output_dir),
     )
@@ -300,25 +294,22 @@ class RunParts:
 def wire_run(plan: RunPlan, output_dir: Path, learner: Learner) -> RunParts:
     """Collectors, DataModule, best.pt and media, restart records, checkpoints, metrics,
     pruning and the progress bar, connected to one another."""
-    cfg, tcfg, ccfg = plan.cfg, plan.cfg["trainer"], plan.cfg["collector"]
-    seed = int(cfg.get("seed", 0))
+    cfg, collector = plan.cfg, plan.collector
     pool = make_collector_pool(
-        cfg, learner.shared, int(ccfg["processes"]), int(ccfg["max_restarts"]), seed
+        cfg, learner.shared, collector.processes, collector.max_restarts, plan.run.seed
     )
     tracks = {e.name: e.track for e in plan.cycle.entries}
     maps = [e.name for e in plan.cycle.entries]  # a map repeated in the cycle counts again
-    every_s = float(cfg["logger"].get("media_every_s", 120))
-    media = BestRaceMedia(output_dir, tracks, every_s, action_ms=plan.ms_per_action)
+    media = BestRaceMedia(output_dir, tracks, plan.logger.media_every_s, plan.ms_per_action)
     best = BestRaceKeeper(output_dir / "best.pt", cfg, learner.history, learner.module, media)
     dm = build_data(plan, learner, pool, on_best_race=best)
     pool.on_restart = restarts = RestartLog(dm)
-    ck = cfg["checkpoint"]  # filled in and checked by plan_run (schema.CheckpointConfig)
+    ck = plan.checkpoint
     ckpt_cb = CheckpointCallback(
-        output_dir, cfg, ck["every_s"], ck["save_buffer"], ck["log_to_mlflow"], learner.buffers
+        output_dir, cfg, ck.every_s, ck.save_buffer, ck.log_to_mlflow, learner.buffers
     )
     epsilon = partial(epsilon_at, build_exploration(cfg["exploration"]), learner.shared)
-    log_every = float(cfg["logger"].get("log_every_s", 10))
-    metrics_cb = RaceMetricsCallback(dm, log_every, pool, epsilon)
+    metrics_cb = RaceMetricsCallback(dm, plan.logger.log_every_s, pool, epsilon)
     pruning = TrialPruning(partial(objective, dm.stats, maps))  # in Optuna sweeps
     callbacks = [
         CollectorCallback(pool, learner.shared),
@@ -328,8 +319,8 @@ def wire_run(plan: RunPlan, output_dir: Path, learner: Learner) -> RunParts:
         media,
         pruning,
     ]
-    if tcfg.get("progress_bar", True):
-        callbacks.append(RaceProgressBar(metrics_cb, budget_s=tcfg.get("max_time_s")))
+    if plan.trainer.progress_bar:
+        callbacks.append(RaceProgressBar(metrics_cb, budget_s=plan.trainer.max_time_s))
     return RunParts(
         output_dir,
         learner,
@@ -386,11 +377,11 @@ def train(
 ) -> float:
     """Fit, summarise, return the objective; `resume`: a checkpoint of this run to continue."""
     tidy_library_output()
-    cfg, tcfg = plan.cfg, plan.cfg["trainer"]
+    cfg = plan.cfg
     saved, resumed_state = read_resume(resume)
     output_dir = run_output_dir(output_dir, saved)
-    torch.set_num_threads(int(tcfg["torch_threads"]))
-    L.seed_everything(int(cfg.get("seed", 0)), workers=False, verbose=False)
+    torch.set_num_threads(plan.trainer.torch_threads)
+    L.seed_everything(plan.run.seed, workers=False, verbose=False)
     learner = build_learner(plan, resumed_state)
     del resumed_state  # the weights come back through trainer.fit(ckpt_path=...)
     parts = wire_run(plan, output_dir, learner)
@@ -399,7 +390,7 @@ def train(
     logger = open_run(cfg, output_dir, run_name, run_tags, saved)
     if saved is not None and saved.get("buffer_file"):
         restore_buffers(learner.buffers, Path(resume).parent / saved["buffer_file"])
-    trainer = make_trainer(tcfg, logger, parts.callbacks, output_dir)
+    trainer = make_trainer(plan.trainer, logger, parts.callbacks, output_dir)
     sysmon = start_system_metrics(logger, cfg["logger"]) if is_mlflow(logger) else None
     if resume is not None:
         log.info("resuming from %s", resume)
