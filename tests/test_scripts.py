@@ -4,6 +4,7 @@ import importlib.util
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -243,3 +244,11 @@ def test_min_deps_pins_each_lower_bound():
         "pywin32==306; sys_platform == 'win32'",
         "stable-baselines3==2.6",
     ]
+
+
+def test_map_stats_figures_by_hand():
+    stats = load_script("map_stats")
+    assert stats.largest_braking(np.array([10.0, 30.0, 20.0, 25.0, 5.0, 6.0])) == 20.0
+    assert stats.largest_braking(np.array([1.0, 2.0, 3.0])) == 0.0
+    flags = np.array([True, True, False, True, True, True])
+    assert stats.longest_run(flags, np.array([1.0, 2.0, 5.0, 1.0, 1.0, 0.5])) == 3.0
