@@ -74,13 +74,8 @@ def longitudinal_budget(lateral: float, limit: float, front: float, rear: float)
 
 def racing_line(track: Track, p: VehicleParams, margin: float, blend: float) -> np.ndarray:
     """The reference's line: minimum curvature, plus `blend` x the length term."""
-    n = int(np.ceil(track.length_m / ref.REFERENCE_STEP_M)) + 1
-    s = np.linspace(track.start_s, track.finish_s, n)
-    center = track.point_at(s)
-    normals = np.stack([np.interp(s, track.s, track.normals[:, k]) for k in range(2)], axis=1)
-    normals /= np.linalg.norm(normals, axis=1, keepdims=True)
-    wl = np.interp(s, track.s, track.width_left)
-    wr = np.interp(s, track.s, track.width_right)
+    _, center, normals, wl, wr = ref.race_frame(track)
+    n = len(center)
     lo, hi = -(wr - p.half_width - margin), wl - p.half_width - margin
     lo[0] = hi[0] = 0.0  # the car starts on the centre
     hess, grad = _differences(center, normals, 2)

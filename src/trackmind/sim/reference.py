@@ -132,9 +132,9 @@ def profile_time(v: np.ndarray, ds: np.ndarray) -> float:
     return float(np.sum(ds / np.maximum(vm, 1e-6)))
 
 
-def compute_reference(track: Track, vehicle: VehicleParams | None = None) -> ReferenceLap:
-    """Minimum-curvature line and limit profile from standstill at the start line."""
-    p = vehicle or VehicleParams()
+def race_frame(track: Track) -> tuple[np.ndarray, ...]:
+    """The race every REFERENCE_STEP_M: (s, centre points, unit left normals, width left,
+    width right), what a racing line is laid on."""
     n = int(np.ceil(track.length_m / REFERENCE_STEP_M)) + 1
     s = np.linspace(track.start_s, track.finish_s, n)
     center = track.point_at(s)
@@ -142,6 +142,13 @@ def compute_reference(track: Track, vehicle: VehicleParams | None = None) -> Ref
     normals /= np.linalg.norm(normals, axis=1, keepdims=True)
     wl = np.interp(s, track.s, track.width_left)
     wr = np.interp(s, track.s, track.width_right)
+    return s, center, normals, wl, wr
+
+
+def compute_reference(track: Track, vehicle: VehicleParams | None = None) -> ReferenceLap:
+    """Minimum-curvature line and limit profile from standstill at the start line."""
+    p = vehicle or VehicleParams()
+    s, center, normals, wl, wr = race_frame(track)
     margin = p.half_width + 0.1
     a = min_curvature_offsets(center, normals, -(wr - margin), wl - margin)
     line = center + a[:, None] * normals
