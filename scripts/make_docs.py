@@ -76,7 +76,7 @@ def evaluation_table(result: dict) -> str:
         finished = r["best_s"] is not None
         rows.append(
             [
-                r["map"],
+                Path(r["map"]).name,  # a map file by its name: where it lay is no matter
                 f"{r['finish_rate']:.0%}",
                 f"{r['best_s']:.2f} s" if finished else "-",
                 f"{r['reference_s']:.2f} s",

@@ -82,3 +82,16 @@ def test_the_config_groups_table_is_read_from_conf():
     for group in groups:
         options = sorted(p.stem for p in (ROOT / "conf" / group).glob("*.yaml"))
         assert f"| `{group}` | {', '.join(options)} |" in table
+
+
+def test_evaluation_table_by_hand():
+    docs = load_script("make_docs")
+    done = {"finish_rate": 1.0, "best_s": 100.0, "reference_s": 90.0, "ratio": 1.11}
+    lost = {"finish_rate": 0.0, "best_s": None, "reference_s": 30.0, "ratio": None}
+    maps = [
+        {"map": "db/tracks/Austin.csv", **done, "progress": 1.0, "end": ["finish"]},
+        {"map": "procedural:3", **lost, "progress": 0.42, "end": ["no_progress"]},
+    ]
+    lines = docs.evaluation_table({"checkpoint": "best.pt", "maps": maps}).split("\n")
+    assert lines[2] == "| Austin.csv | 100% | 100.00 s | 90.00 s | 1.110 | finished |"
+    assert lines[3] == "| procedural:3 | 0% | - | 30.00 s | - | 42% (no_progress) |"
