@@ -35,7 +35,9 @@ from trackmind.sim.track import MapError
 log = logging.getLogger("trackmind")
 
 
-@hydra.main(version_base="1.3", config_path="pkg://trackmind.conf", config_name="train")
+# the shipped config groups by their absolute path: hydra-core 1.3.0 (the declared minimum)
+# reads an absolute config_path, but not a pkg:// one
+@hydra.main(version_base="1.3", config_path=str(conf_path()), config_name="train")
 def main(cfg: DictConfig) -> float:
     from trackmind.training.factory import plan_run, to_plain
     from trackmind.training.run import train
