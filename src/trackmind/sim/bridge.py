@@ -45,7 +45,8 @@ def bridge_heights(
         member[run] = k
     if np.any(member[i] == member[j]):  # one pass touches itself: not a crossing of two roads
         return None
-    deck = runs[int(np.argmax([_circular_mean(r, len(points)) for r in runs]))]
+    n = float(len(points))
+    deck = runs[int(np.argmax([_circular_centre(r.astype(np.float64), n) for r in runs]))]
     return deck_profile(s, period, s[deck])
 
 
@@ -80,10 +81,6 @@ def _circular_runs(idx: np.ndarray, n: int, gap: int = 3) -> list[np.ndarray]:
     if len(runs) > 1 and idx[0] + n - idx[-1] <= gap:  # the first and last runs meet at 0
         runs = [np.concatenate([runs[-1], runs[0]]), *runs[1:-1]]
     return runs
-
-
-def _circular_mean(run: np.ndarray, n: int) -> float:
-    return _circular_centre(run.astype(np.float64), float(n))
 
 
 def _circular_centre(x: np.ndarray, period: float) -> float:
