@@ -4,8 +4,14 @@ import numpy as np
 import pytest
 
 from trackmind.sim.mapio import import_csv, import_npy, load_map, save_map
-from trackmind.sim.maps import builtin_map, builtin_names, line_from_recipe, procedural_map
-from trackmind.sim.track import RUN_UP_M, MapError, Track
+from trackmind.sim.maps import (
+    builtin_map,
+    builtin_names,
+    grandprix_map,
+    line_from_recipe,
+    procedural_map,
+)
+from trackmind.sim.track import RUN_UP_M, MapError, Track, curvature
 
 
 def straight(n=50, step=2.0):
@@ -31,6 +37,34 @@ def test_procedural_maps_are_valid_and_seeded():
     for seed in [*range(20), 51, 149, 162]:
         t = procedural_map(seed)
         assert t.length_m > 1000
+
+
+def test_grandprix_maps_brake_from_a_long_straight_into_a_tight_corner():
+    """Grand-prix maps have what real circuits have and procedural maps lack (narrow roads,
+    a straight of 300 m or more that ends in a corner tighter than 2.5 x (half-width + 4 m))."""
+    a, b = grandprix_map(7), grandprix_map(7)
+    np.testing.assert_array_equal(a.points, b.points)
+    for seed in range(8):
+        t = grandprix_map(seed)
+        half_width = float(t.width_left[len(t.width_left) // 2])
+        assert 4.5 <= half_width <= 9.0
+        assert t.length_m > 2400
+        radius = 1.0 / np.maximum(np.abs(curvature(t.points)), 1e-9)
+        step = float(np.median(np.diff(t.s)))
+        straight = np.convolve(radius > 1e4, np.ones(int(300 / step)), mode="valid")
+        ends = np.flatnonzero(straight == int(300 / step)) + int(300 / step)
+        ahead = int(60 / step)
+        tight = (half_width + 4.0) * 3.0 + 0.5
+        assert any(radius[e : e + ahead].min() <= tight for e in ends if e + ahead < len(radius))
+
+
+def test_generated_map_specs_load_by_family():
+    assert load_map("grandprix:3").name == "grandprix:3"
+    assert load_map("procedural:3").name == "procedural:3"
+    with pytest.raises(MapError, match="grandprix:x: grandprix seed must be an integer"):
+        load_map("grandprix:x")
+    with pytest.raises(MapError, match="grandprix map seed must be >= 0"):
+        grandprix_map(-1)
 
 
 def test_geometry_of_a_straight():

@@ -21,7 +21,12 @@ from pathlib import Path
 import numpy as np
 
 from trackmind.sim.bridge import bridge_heights
-from trackmind.sim.maps import builtin_map, builtin_names, procedural_map
+from trackmind.sim.maps import (
+    GENERATED_FAMILIES,
+    builtin_map,
+    builtin_names,
+    generated_family,
+)
 from trackmind.sim.smoothing import smooth_line
 from trackmind.sim.track import MapError, Track, checked_line, line_is_closed
 
@@ -67,7 +72,7 @@ def load_map(
     laps: int | None = None,
     closed: bool | None = None,
 ) -> Track:
-    """Load a map from a built-in name, 'procedural:<seed>' or a .npz / .csv / .npy file.
+    """Load a map: a built-in name, 'procedural:<seed>', 'grandprix:<seed>' or a map file.
 
     `width_m` is the half-width used for a .npy driven line (which carries no widths).
     `laps` / `closed` override what the file says (a circuit's laps; None: the file's).
@@ -98,13 +103,14 @@ def _load(spec: str | Path, width_m: float, name: str | None, closed: bool | Non
     text = str(spec)
     if text in builtin_names():
         return builtin_map(text)
-    if text.startswith("procedural:"):
+    family = generated_family(text)
+    if family is not None:
         seed_text = text.split(":", 1)[1]
         try:
             seed = int(seed_text)
         except ValueError:
-            raise MapError(f"{text}: procedural seed must be an integer") from None
-        return procedural_map(seed)
+            raise MapError(f"{text}: {family} seed must be an integer") from None
+        return GENERATED_FAMILIES[family](seed)
     path = Path(text)
     if path.suffix not in (".npz", ".csv", ".npy"):
         return builtin_map(text)  # raises the unknown-name error listing the choices

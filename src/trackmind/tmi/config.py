@@ -14,7 +14,7 @@ from omegaconf import MISSING
 
 from trackmind.defaults import checked_with_defaults, conf_option
 from trackmind.errors import require
-from trackmind.sim.maps import builtin_names
+from trackmind.sim.maps import builtin_names, generated_family
 
 KEY = "env.tminterface"
 RT_KEY = "env.realtime"
@@ -164,5 +164,5 @@ def realtime_config(env: Mapping) -> RealTimeConfig | None:
 
 
 def is_sim_map(spec: str) -> bool:
-    """A built-in or procedural sim map: no real reference line behind it."""
-    return spec in builtin_names() or spec.startswith("procedural:")
+    """A built-in or generated sim map: no real reference line behind it."""
+    return spec in builtin_names() or generated_family(spec) is not None
