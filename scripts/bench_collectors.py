@@ -74,24 +74,19 @@ def plan(backend: str, overrides: list[str]):
 
 def measure(p, seconds: float, warmup: float, publish_every_s: float) -> dict:
     """Start one pool of the plan's backend, count transitions/s after the warm-up, stop it."""
+    from trackmind.collectors.protocol import make_collector_pool
+    from trackmind.collectors.shared_handles import make_shared, publish_weights, shared_device
     from trackmind.replay.buffers import make_buffers
     from trackmind.training.datamodule import ReplayDataModule
-    from trackmind.training.factory import build_network_from
-    from trackmind.training.pool import make_collector_pool
-    from trackmind.training.shared import make_shared, publish_weights, shared_device
 
-    cfg, ccfg = p.cfg, p.cfg["collector"]
-
-    def net():
-        return build_network_from(cfg, p.frame_shape, p.float_dim, p.float_mean, p.float_std)
-
-    device = shared_device(ccfg, torch.cuda.is_available())  # as a training run places it
-    online = net().to(device)  # a GPU learner publishes device to device
-    shared = make_shared(net(), int(ccfg["queue_size"]), device)
+    col = p.collector
+    device = shared_device(col, torch.cuda.is_available())  # as a training run places it
+    online = p.new_network().to(device)  # a GPU learner publishes device to device
+    shared = make_shared(p.new_network(), col.queue_size, device)
     frame = (1, *p.frame_shape) if p.frame_shape is not None else None
-    buffers = make_buffers(cfg["buffer"], frame, p.float_dim, ms_per_action=p.ms_per_action)
+    buffers = make_buffers(p.buffer, frame, p.float_dim, ms_per_action=p.ms_per_action)
     dm = ReplayDataModule(buffers, shared, 32, 1.0, gamma=lambda: 0.999)
-    pool = make_collector_pool(cfg, shared, int(ccfg["processes"]), int(ccfg["max_restarts"]))
+    pool = make_collector_pool(p.collectors, shared, col.processes, col.max_restarts)
     publish_weights(shared, online)
     pool.start()
     last_publish = time.monotonic()
@@ -116,7 +111,7 @@ def measure(p, seconds: float, warmup: float, publish_every_s: float) -> dict:
         while dm.transitions_added == 0:
             step()
             if time.monotonic() - t0 > 180:
-                raise RuntimeError(f"no race from collector={ccfg['backend']} in 180 s")
+                raise RuntimeError(f"no race from collector={col.backend} in 180 s")
         first_race_s = time.monotonic() - t0
         t_warm = time.monotonic() + warmup
         while time.monotonic() < t_warm:
@@ -138,7 +133,7 @@ def measure(p, seconds: float, warmup: float, publish_every_s: float) -> dict:
         "stale_dropped": extra.get("collector/stale_dropped", 0.0),
         "lost": extra.get("collector/lost", 0.0),
         "timings": dict(dm.stats.collector_timings.get(0, {})),  # collector 0's PipelineMonitor
-        "device": ccfg.get("device", "auto"),
+        "device": col.device,
         "shared_device": str(device),
         "reports": len(reports),
         **stage_medians(reports),
@@ -198,10 +193,10 @@ def main() -> None:
         sys.exit(2)
     owned, ray_start_s = False, None
     if "ray" in plans:
-        from trackmind.distributed.connect import connect_ray
+        from trackmind.collectors.fleet.connect import connect_ray
 
         t0 = time.monotonic()
-        owned = connect_ray(plans["ray"].cfg["collector"])
+        owned = connect_ray(plans["ray"].collector)
         ray_start_s = time.monotonic() - t0
     runs: dict[str, list[dict]] = {b: [] for b in args.backends}
     try:
@@ -217,12 +212,12 @@ def main() -> None:
 
             ray.shutdown()
     med = {b: summary(v) for b, v in runs.items()}
-    ccfg = plans[args.backends[0]].cfg["collector"]
+    col = plans[args.backends[0]].collector
     print()
     started = f"; Ray started in {ray_start_s:.1f} s" if ray_start_s is not None else ""
     print(
-        f"settings: processes={ccfg['processes']} cars_per_process={ccfg['cars_per_process']} "
-        f"device={ccfg.get('device', 'auto')} (shared network on "
+        f"settings: processes={col.processes} cars_per_process={col.cars_per_process} "
+        f"device={col.device} (shared network on "
         f"{runs[args.backends[0]][0]['shared_device']}) "
         f"overrides={' '.join(args.overrides) or '(none)'}; {args.repeats} repeats of "
         f"{args.seconds:g} s{started}"

@@ -16,22 +16,22 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from trackmind.agent.acting import BatchedPolicy, FrozenGreedy
-from trackmind.agent.exploration import build_exploration
 from trackmind.agent.inference import greedy_q, make_inference_network
 from trackmind.agent.network import midpoint_taus
+from trackmind.collectors.parts import build_collector_parts, make_policy
 from trackmind.env.observations import FLOATS
 from trackmind.env.rollout import GameInstanceManager
 from trackmind.evaluation import evaluate
-from trackmind.training.factory import build_collector_parts, plan_run
+from trackmind.training.factory import RunPlan, plan_run
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
 
-def _cfg(*overrides: str) -> dict:
+def _plan(*overrides: str) -> RunPlan:
     with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
         cfg = compose("train", overrides=["debug=smoke", "network=iqn_floats", *overrides])
-    return plan_run(cfg).cfg
+    return plan_run(cfg)
 
 
 def _weights(net: torch.nn.Module, seed: int) -> dict:
@@ -58,8 +58,8 @@ def test_cvar_taus_cover_the_lowest_share_by_hand():
 
 
 def test_cvar_q_is_the_mean_of_the_lowest_quantiles():
-    cfg = _cfg()
-    race, _, net = build_collector_parts(cfg, n_cars=3)
+    plan = _plan()
+    race, _, net = build_collector_parts(plan.collectors, n_cars=3)
     obs, _ = race.reset()
     floats = torch.from_numpy(obs[FLOATS])
     q = greedy_q(net, None, floats, 8, midpoint=True, cvar=0.25)
@@ -72,8 +72,8 @@ def test_cvar_q_is_the_mean_of_the_lowest_quantiles():
 
 
 def test_midpoint_q_is_the_mean_over_midpoint_quantiles():
-    cfg = _cfg()
-    race, _, net = build_collector_parts(cfg, n_cars=3)
+    plan = _plan()
+    race, _, net = build_collector_parts(plan.collectors, n_cars=3)
     obs, _ = race.reset()
     floats = torch.from_numpy(obs[FLOATS])
     q1 = greedy_q(net, None, floats, 8, midpoint=True)
@@ -86,12 +86,12 @@ def test_midpoint_q_is_the_mean_over_midpoint_quantiles():
 
 
 def test_collectors_policy_takes_greedy_cvar_from_the_config():
-    """BatchedPolicy.from_config (local collectors and Ray workers): greedy cars act on the
+    """make_policy (local collectors and Ray workers): greedy cars act on the
     CVaR of the config, exploration cars on the mean."""
-    cfg = _cfg("network.greedy_cvar=0.25")
-    race, _, net = build_collector_parts(cfg, n_cars=2)
+    plan = _plan("network.greedy_cvar=0.25")
+    race, _, net = build_collector_parts(plan.collectors, n_cars=2)
     live = make_inference_network(net, "none")
-    acting = BatchedPolicy.from_config(cfg, live, 2, 0, lambda: 0)
+    acting = make_policy(plan.collectors, live, 2, 0, lambda: 0)
     assert acting.frozen.cvar == 0.25
     obs, _ = race.reset()
     greedy = np.array([True, False])
@@ -99,13 +99,13 @@ def test_collectors_policy_takes_greedy_cvar_from_the_config():
     floats = torch.from_numpy(obs[FLOATS])
     cvar_q = greedy_q(net, None, floats[:1], 32, midpoint=True, cvar=0.25).numpy()
     np.testing.assert_allclose(q[:1], cvar_q, rtol=1e-6)
-    assert BatchedPolicy.from_config(_cfg(), live, 2, 0, lambda: 0).frozen.cvar == 1.0
+    assert make_policy(_plan().collectors, live, 2, 0, lambda: 0).frozen.cvar == 1.0
     race.close()
 
 
 def test_frozen_greedy_binds_releases_and_reuses_copies():
-    cfg = _cfg()
-    race, _, net = build_collector_parts(cfg, n_cars=3)
+    plan = _plan()
+    race, _, net = build_collector_parts(plan.collectors, n_cars=3)
     obs, _ = race.reset()
     floats = torch.from_numpy(obs[FLOATS])
     w1, w2 = _weights(net, 1), _weights(net, 2)
@@ -121,7 +121,7 @@ def test_frozen_greedy_binds_releases_and_reuses_copies():
     assert frozen.bound.tolist() == [1, -1, 1]  # the running greedy races keep version 1
     q = np.full((3, 12), np.nan, np.float32)
     frozen.fill(q, None, floats)
-    ref = make_inference_network(_fresh(cfg, w1), "none")
+    ref = make_inference_network(_fresh(plan, w1), "none")
     expected = greedy_q(ref, None, floats[[0, 2]], 8, midpoint=True).numpy()
     np.testing.assert_array_equal(q[[0, 2]], expected)
     assert np.isnan(q[1]).all()  # exploration cars are not its business
@@ -137,21 +137,21 @@ def test_frozen_greedy_binds_releases_and_reuses_copies():
     race.close()
 
 
-def _fresh(cfg: dict, weights: dict) -> torch.nn.Module:
-    _, _, net = build_collector_parts(cfg, n_cars=1)
+def _fresh(plan: RunPlan, weights: dict) -> torch.nn.Module:
+    _, _, net = build_collector_parts(plan.collectors, n_cars=1)
     net.load_state_dict(weights)
     return net.eval()
 
 
 def test_greedy_races_repeat_exactly_with_their_recorded_version():
     """Live weights change every 3 actions; every greedy race is still one version's race."""
-    cfg = _cfg("map.cycle=[{map: starter, exploration: 1, greedy: 1}]")
-    race, cycle, net = build_collector_parts(cfg, n_cars=4)
+    plan = _plan("map.cycle=[{map: starter, exploration: 1, greedy: 1}]")
+    race, cycle, net = build_collector_parts(plan.collectors, n_cars=4)
     versions = {v: _weights(net, v) for v in range(60)}
     live = make_inference_network(net, "none")
     live.load_state_dict(versions[0])
-    k = int(cfg["network"]["n_quantiles_inference"])
-    acting = BatchedPolicy(live, build_exploration(cfg["exploration"]), k, 4, 0, lambda: 0)
+    k = plan.network.n_quantiles_inference
+    acting = BatchedPolicy(live, plan.collectors.exploration, k, 4, 0, lambda: 0)
     gim = GameInstanceManager(race, cycle)
     state = {"version": 0, "steps": 0}
 
@@ -171,7 +171,7 @@ def test_greedy_races_repeat_exactly_with_their_recorded_version():
             break
     race.close()
 
-    one, one_cycle, one_net = build_collector_parts(cfg, n_cars=1)
+    one, one_cycle, one_net = build_collector_parts(plan.collectors, n_cars=1)
     evaluator = GameInstanceManager(one, one_cycle)
     entry = one_cycle.entries[0]
     for r in greedy_races:
@@ -192,7 +192,9 @@ def test_greedy_races_repeat_exactly_with_their_recorded_version():
         )
         assert other["actions"] != r["actions"]  # the weights matter: the check has teeth
         # evaluate.py, given that version as a checkpoint, drives the same race
-        row = evaluate({"network": versions[r["weights_version"]], "config": cfg}, ["starter"], 1)
+        row = evaluate(
+            {"network": versions[r["weights_version"]], "config": plan.cfg}, ["starter"], 1
+        )
         driven = max(r["meters_advanced_along_centerline"]) / entry.track.length_m
         assert row[0]["progress"] == min(1.0, driven)
         assert row[0]["end"] == r["end"]
@@ -202,8 +204,8 @@ def test_greedy_races_repeat_exactly_with_their_recorded_version():
 def test_frozen_copies_run_as_the_live_network_but_never_recompile():
     from trackmind.agent.inference import InferenceNetwork
 
-    cfg = _cfg()
-    _, _, net = build_collector_parts(cfg, n_cars=1)
+    plan = _plan()
+    _, _, net = build_collector_parts(plan.collectors, n_cars=1)
     for live_mode, copy_mode in (("none", "none"), ("script", "script"), ("compile", "script")):
         live = InferenceNetwork(net, net, live_mode)  # the label is what the copies follow
         frozen = FrozenGreedy(live, 8, 1)
@@ -216,10 +218,10 @@ def test_evaluate_races_every_loadable_map_and_names_the_others(tmp_path, capsys
     """scripts/evaluate.py: bad maps do not stop the good ones; one line each, exit 2."""
     import evaluate as script
 
-    cfg = _cfg()
-    _, _, net = build_collector_parts(cfg, n_cars=1)
+    plan = _plan()
+    _, _, net = build_collector_parts(plan.collectors, n_cars=1)
     agent = tmp_path / "agent.pt"
-    torch.save({"network": net.state_dict(), "config": cfg}, agent)
+    torch.save({"network": net.state_dict(), "config": plan.cfg}, agent)
     bad_csv = tmp_path / "bad.csv"
     bad_csv.write_text("0,0,4,4\n1,0\n")
     code = script.main(
@@ -241,10 +243,10 @@ def test_value_audit_compares_q_with_true_mini_race_returns(tmp_path, capsys):
     """scripts/value_audit.py: one row per audited state, returns of every alternative."""
     import value_audit as script
 
-    cfg = _cfg()
-    _, _, net = build_collector_parts(cfg, n_cars=1)
+    plan = _plan()
+    _, _, net = build_collector_parts(plan.collectors, n_cars=1)
     agent = tmp_path / "agent.pt"
-    torch.save({"network": net.state_dict(), "config": cfg}, agent)
+    torch.save({"network": net.state_dict(), "config": plan.cfg}, agent)
     code = script.main(
         [
             str(agent),

@@ -23,13 +23,14 @@ from smoke_cli import resume_args, smoke_args, unbuffered_env
 
 from trackmind.errors import ConfigError, check_schema
 from trackmind.netprobe import probe
+from trackmind.tracking.metric_names import metric_map_name
 from trackmind.training.checkpoint import (
     find_checkpoint,
     merge_resume_config,
     read_checkpoint,
 )
 from trackmind.training.progress import progress_figures
-from trackmind.training.race_stats import RaceStats, metric_map_name
+from trackmind.training.race_stats import RaceStats
 from trackmind.training.schema import CheckpointConfig
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -17,21 +18,24 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
+from specs import ray_collector
 
 from trackmind.agent.acting import BatchedPolicy, cars_q_tensor
 from trackmind.agent.device import DEVICES, resolve_device
 from trackmind.agent.exploration import select_actions
 from trackmind.agent.inference import make_inference_network
-from trackmind.env.observations import FLOATS
-from trackmind.errors import ConfigError
-from trackmind.training.factory import build_collector_parts, plan_run
-from trackmind.training.shared import (
+from trackmind.collectors.parts import build_collector_parts, make_policy
+from trackmind.collectors.shared_handles import (
     make_shared,
     publish_weights,
     pull_weights,
     read_spool,
     shared_device,
 )
+from trackmind.collectors.spec import CollectorSpec
+from trackmind.env.observations import FLOATS
+from trackmind.errors import ConfigError
+from trackmind.training.factory import plan_run
 
 ROOT = Path(__file__).resolve().parents[1]
 NO_CUDA = not torch.cuda.is_available()
@@ -71,18 +75,19 @@ def test_cuda_without_cuda_and_unknown_names_are_config_errors():
 def test_every_collector_group_says_auto():
     for group in ("local", "ray", "tminterface"):
         assert OmegaConf.load(ROOT / f"conf/collector/{group}.yaml")["device"] == "auto"
-    assert _plan().cfg["collector"]["device"] == "auto"  # and the plan keeps it
+    assert _plan().collector.device == "auto"  # and the plan keeps it
 
 
 def test_shared_network_lives_where_local_collectors_infer():
-    local = {"backend": "local", "device": "auto"}
+    local = _plan().collector
     assert shared_device(local, cuda_available=False) == "cpu"
     assert shared_device(local, cuda_available=True) == "cuda"
-    assert shared_device({**local, "device": "cpu"}, cuda_available=True) == "cpu"
+    assert shared_device(replace(local, device="cpu"), cuda_available=True) == "cpu"
     # Ray workers take numpy state dicts: the learner's copy stays on the host
-    assert shared_device({"backend": "ray", "device": "cuda"}, cuda_available=True) == "cpu"
+    fleet = ray_collector(device="cuda", gpus_per_worker=0.5)
+    assert shared_device(fleet, cuda_available=True) == "cpu"
     with pytest.raises(ConfigError, match="^collector.device:"):
-        shared_device({**local, "device": "cuda"}, cuda_available=False)
+        shared_device(replace(local, device="cuda"), cuda_available=False)
 
 
 # --- refused when the run is planned ------------------------------------------------------
@@ -95,7 +100,7 @@ def test_cuda_on_a_machine_without_it_is_refused_at_plan_time():
 
 
 def test_cpu_plans_anywhere_and_bad_values_are_refused():
-    assert _plan("collector.device=cpu").cfg["collector"]["device"] == "cpu"
+    assert _plan("collector.device=cpu").collector.device == "cpu"
     with pytest.raises(ConfigError, match="^collector.device: must be one of auto, cpu, cuda"):
         _plan("collector.device=tpu")
 
@@ -128,27 +133,25 @@ def test_a_local_ray_without_gpus_refuses_gpu_shares():
         "collector.device=cuda",
         "collector.gpus_per_worker=0.5",
     )
-    assert plan.cfg["collector"]["gpus_per_worker"] == 0.5
+    assert plan.collector.gpus_per_worker == 0.5
 
 
 def test_ray_workers_use_only_a_gpu_they_reserved():
-    from trackmind.distributed.config import worker_cuda_available, worker_options
+    from trackmind.collectors.fleet.settings import worker_cuda_available, worker_options
 
-    assert not worker_cuda_available({"gpus_per_worker": 0}, cuda_available=True)
-    assert not worker_cuda_available({}, cuda_available=True)
-    assert not worker_cuda_available({"gpus_per_worker": 0.25}, cuda_available=False)
-    assert worker_cuda_available({"gpus_per_worker": 0.25}, cuda_available=True)
-    assert worker_options({"cpus_per_worker": 2, "gpus_per_worker": 0.25}) == {
-        "num_cpus": 2,
-        "num_gpus": 0.25,
-    }
-    assert worker_options({}) == {"num_cpus": 1, "num_gpus": 0.0}
+    assert not worker_cuda_available(ray_collector(gpus_per_worker=0), cuda_available=True)
+    assert not worker_cuda_available(ray_collector(), cuda_available=True)  # 0 by default
+    shared_gpu = ray_collector(cpus_per_worker=2, gpus_per_worker=0.25)
+    assert not worker_cuda_available(shared_gpu, cuda_available=False)
+    assert worker_cuda_available(shared_gpu, cuda_available=True)
+    assert worker_options(shared_gpu) == {"num_cpus": 2, "num_gpus": 0.25}
+    assert worker_options(ray_collector()) == {"num_cpus": 1, "num_gpus": 0.0}
 
 
 # --- the CPU path acts as before ----------------------------------------------------------
-def _cfg(*overrides: str) -> dict:
+def _spec(*overrides: str) -> CollectorSpec:
     cycle = "map.cycle=[{map: starter, exploration: 1, greedy: 1}]"
-    return _plan("debug=smoke", cycle, *overrides).cfg
+    return _plan("debug=smoke", cycle, *overrides).collectors
 
 
 def _old_act(p: BatchedPolicy, obs: dict, greedy, started, version: int):
@@ -170,16 +173,16 @@ def _old_act(p: BatchedPolicy, obs: dict, greedy, started, version: int):
 
 @pytest.mark.parametrize("network", ["iqn_floats", "iqn_cpu"])  # floats only; frames too
 def test_batched_policy_on_cpu_acts_exactly_as_before(network):
-    cfg = _cfg(f"network={network}")
-    race, _, net = build_collector_parts(cfg, n_cars=4)
+    spec = _spec(f"network={network}")
+    race, _, net = build_collector_parts(spec, n_cars=4)
     torch.manual_seed(0)
     with torch.no_grad():
         for prm in net.parameters():
             prm.normal_(std=0.2)
     net.to(resolve_device("cpu", torch.cuda.is_available()))
     live = make_inference_network(net, "none")
-    new = BatchedPolicy.from_config(cfg, live, 4, 7, frames=lambda: 0)
-    old = BatchedPolicy.from_config(cfg, live, 4, 7, frames=lambda: 0)
+    new = make_policy(spec, live, 4, 7, frames=lambda: 0)
+    old = make_policy(spec, live, 4, 7, frames=lambda: 0)
     assert new.device == torch.device("cpu") and new.gen.device == torch.device("cpu")
     obs, _ = race.reset()
     assert (obs["frame"].size > 0) == (network == "iqn_cpu")  # frames into the network
@@ -240,23 +243,22 @@ def test_publish_and_pull_through_a_shared_network_on_the_cpu_device():
 
 
 def test_a_collector_process_body_on_cpu_races_with_the_published_weights():
-    """collector._run with collector.device=cpu, in a thread: its network goes to the device,
-    pulls the published weights, and a race arrives dated with that version."""
+    """local_process._run with collector.device=cpu, in a thread: its network goes to the
+    device, pulls the published weights, and a race arrives dated with that version."""
+    from trackmind.collectors import local_process
     from trackmind.queueing import RaceFile
-    from trackmind.training import collector
-    from trackmind.training.factory import build_network_from
 
     plan = _plan("debug=smoke", "collector.device=cpu")
-    cfg = plan.cfg
-    shape = (plan.frame_shape, plan.float_dim, plan.float_mean, plan.float_std)
-    device = shared_device(cfg["collector"], torch.cuda.is_available())
-    shared = make_shared(build_network_from(cfg, *shape), 4, device)
+    device = shared_device(plan.collector, torch.cuda.is_available())
+    shared = make_shared(plan.new_network(), 4, device)
     threads = torch.get_num_threads()
     try:
         link = shared.link(0)
-        assert publish_weights(shared, build_network_from(cfg, *shape)) == 1
+        assert publish_weights(shared, plan.new_network()) == 1
         body = threading.Thread(
-            target=collector._run, args=(cfg, 0, link, 0, os.getppid()), daemon=True
+            target=local_process._run,
+            args=(plan.collectors, 0, link, 0, os.getppid()),
+            daemon=True,
         )
         body.start()
         msg = link.queue.get(timeout=60)

@@ -7,7 +7,7 @@ import time
 
 import torch
 
-from trackmind.training.shared import make_shared, put_message
+from trackmind.collectors.shared_handles import make_shared, put_message
 
 
 class _Net(torch.nn.Module):

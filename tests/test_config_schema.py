@@ -4,8 +4,10 @@ every error names."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
+from specs import ray_collector
 
 from trackmind.env.build import env_config
 from trackmind.env.rewards import build_reward_manager
@@ -106,24 +108,24 @@ def test_schedule_points_are_required() -> None:
 
 
 def test_trainer_against_the_machine_by_hand():
-    from trackmind.training.schema import check_trainer_machine
+    from trackmind.training.schema import TrainerConfig, check_trainer_machine
 
-    check_trainer_machine({"accelerator": "gpu", "devices": [1]}, cuda_devices=2)
-    check_trainer_machine({"accelerator": "cpu", "devices": 1}, cuda_devices=0)
-    check_trainer_machine({"accelerator": "auto", "devices": [0]}, cuda_devices=1)
+    check_trainer_machine(TrainerConfig(accelerator="gpu", devices=[1]), cuda_devices=2)
+    check_trainer_machine(TrainerConfig(accelerator="cpu", devices=1), cuda_devices=0)
+    check_trainer_machine(TrainerConfig(accelerator="auto", devices=[0]), cuda_devices=1)
     with pytest.raises(ConfigError, match="^trainer.accelerator: cuda asked for, but torch"):
-        check_trainer_machine({"accelerator": "cuda", "devices": 1}, cuda_devices=0)
+        check_trainer_machine(TrainerConfig(accelerator="cuda", devices=1), cuda_devices=0)
     with pytest.raises(ConfigError, match="^trainer.devices: GPU number 2 asked for, but .* 2$"):
-        check_trainer_machine({"accelerator": "gpu", "devices": [2]}, cuda_devices=2)
+        check_trainer_machine(TrainerConfig(accelerator="gpu", devices=[2]), cuda_devices=2)
     with pytest.raises(ConfigError, match=r"^trainer.devices: \[0\] names a GPU"):
-        check_trainer_machine({"accelerator": "auto", "devices": [0]}, cuda_devices=0)
+        check_trainer_machine(TrainerConfig(accelerator="auto", devices=[0]), cuda_devices=0)
 
 
 def test_a_fleet_larger_than_its_cpus_by_hand(monkeypatch):
-    from trackmind.distributed.config import fleet_problem
-    from trackmind.distributed.connect import check_cluster_fits
+    from trackmind.collectors.fleet.connect import check_cluster_fits
+    from trackmind.collectors.fleet.settings import fleet_problem
 
-    col = {"processes": 3, "cpus_per_worker": 2, "address": "10.0.0.5:6379"}
+    col = ray_collector(processes=3, cpus_per_worker=2, address="10.0.0.5:6379")
     assert fleet_problem(col, 6, "this machine") is None
     assert fleet_problem(col, 5, "the cluster") == (
         "3 workers of 2 CPU(s) each need 6 CPUs, and the cluster has 5; use fewer processes"
@@ -134,4 +136,4 @@ def test_a_fleet_larger_than_its_cpus_by_hand(monkeypatch):
         check_cluster_fits(col)
     monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 64.0})
     check_cluster_fits(col)
-    check_cluster_fits({**col, "address": None})  # a local start was checked at plan time
+    check_cluster_fits(replace(col, address=None))  # a local start was checked at plan time

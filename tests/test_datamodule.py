@@ -11,10 +11,10 @@ import lightning as L
 import pytest
 import torch
 
+from trackmind.collectors.shared_handles import make_shared
 from trackmind.replay.buffers import make_buffers
 from trackmind.training.callbacks import StopWhenStarved
 from trackmind.training.datamodule import ReplayDataModule, replay_ratio_allows
-from trackmind.training.shared import make_shared
 
 
 class _Learner(L.LightningModule):

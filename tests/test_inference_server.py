@@ -18,15 +18,15 @@ from hydra import compose, initialize_config_dir
 
 from trackmind.agent.acting import FrozenGreedy, batch_q
 from trackmind.agent.inference import make_inference_network
-from trackmind.errors import ConfigError
-from trackmind.training.factory import build_network_from, plan_run
-from trackmind.training.inference_server import (
+from trackmind.collectors.inference_server import (
     InferenceServer,
     RemoteQ,
     make_server_link,
 )
-from trackmind.training.schema import auto_processes
-from trackmind.training.shared import make_shared, publish_weights, spawn_context
+from trackmind.collectors.shared_handles import make_shared, publish_weights, spawn_context
+from trackmind.collectors.spec import auto_processes
+from trackmind.errors import ConfigError
+from trackmind.training.factory import plan_run
 
 ROOT = Path(__file__).resolve().parents[1]
 CYCLE = "map.cycle=[{map: starter, exploration: 1, greedy: 1}]"
@@ -38,22 +38,15 @@ def _plan(*overrides: str):
     return plan_run(cfg)
 
 
-def _net(plan):
-    return build_network_from(
-        plan.cfg, plan.frame_shape, plan.float_dim, plan.float_mean, plan.float_std
-    )
-
-
 def test_one_batch_for_several_collectors_is_each_collectors_own_rule():
     plan = _plan("network=iqn_cpu", "collector.device=cpu")
-    cfg = plan.cfg
     torch.manual_seed(0)
-    shared = make_shared(_net(plan), 4, "cpu")
+    shared = make_shared(plan.new_network(), 4, "cpu")
     try:
-        publish_weights(shared, _net(plan))
+        publish_weights(shared, plan.new_network())
         cars = 3
         link = make_server_link(shared.network, 3, cars, spawn_context())
-        server = InferenceServer(cfg, link, shared.link(3), "cpu", seed=7)
+        server = InferenceServer(plan.collectors, link, shared.link(3), "cpu", seed=7)
         rng = np.random.default_rng(0)
         n = 3 * cars
         link.frames.copy_(torch.from_numpy(rng.integers(0, 256, link.frames.shape, np.uint8)))
@@ -65,9 +58,9 @@ def test_one_batch_for_several_collectors_is_each_collectors_own_rule():
         server.answer(asked)
 
         rows = np.r_[0:3, 6:9]
-        live = make_inference_network(_net(plan))
+        live = make_inference_network(plan.new_network())
         live.net.load_state_dict(shared.network.state_dict())
-        k = int(cfg["network"]["n_quantiles_inference"])
+        k = plan.network.n_quantiles_inference
         frozen = FrozenGreedy(live, k, n)
         frozen.update(greedy & np.isin(np.arange(n), rows), np.ones(n, bool), 1)
         gen = torch.Generator().manual_seed(7)
@@ -85,16 +78,15 @@ def test_one_batch_for_several_collectors_is_each_collectors_own_rule():
 
 
 def test_a_pool_with_a_server_delivers_races_with_the_published_version():
+    from trackmind.collectors.local_pool import LocalCollectorPool
+    from trackmind.collectors.shared_handles import read_spool
     from trackmind.queueing import RaceFile
-    from trackmind.training.pool import LocalCollectorPool
-    from trackmind.training.shared import read_spool
 
     plan = _plan("collector.device=cpu", "collector.inference=server", "collector.processes=2")
-    cfg = plan.cfg
-    shared = make_shared(_net(plan), 8, "cpu")
-    pool = LocalCollectorPool(cfg, shared, 2, max_restarts=0)
+    shared = make_shared(plan.new_network(), 8, "cpu")
+    pool = LocalCollectorPool(plan.collectors, shared, 2, max_restarts=0)
     try:
-        assert publish_weights(shared, _net(plan)) == 1
+        assert publish_weights(shared, plan.new_network()) == 1
         pool.start()
         assert len(pool.pids()) == 3 and pool.alive() == 2  # the server is not a collector
         seen: set[int] = set()
@@ -125,7 +117,7 @@ def test_unknown_layout_and_auto_processes():
         _plan("collector.inference=central")
     assert [auto_processes(c) for c in (1, 2, 4, 16)] == [1, 1, 1, 13]
     plan = _plan("collector.processes=auto")
-    assert plan.cfg["collector"]["processes"] == auto_processes(__import__("os").cpu_count())
+    assert plan.collector.processes == auto_processes(__import__("os").cpu_count())
 
 
 def test_inference_precision_is_checked_and_bf16_needs_a_gpu():
@@ -146,8 +138,8 @@ def test_batch_q_under_bf16_autocast_gives_float32_for_mixed_batches():
     """collector.precision=bf16 on a GPU: exploring and greedy cars' values, computed in
     bf16, land in one float32 array (run here under the CPU's bf16 autocast)."""
     plan = _plan("network=iqn_floats", "collector.device=cpu")
-    live = make_inference_network(_net(plan))
-    k = int(plan.cfg["network"]["n_quantiles_inference"])
+    live = make_inference_network(plan.new_network())
+    k = plan.network.n_quantiles_inference
     frozen = FrozenGreedy(live, k, 4)
     greedy = np.array([True, False, True, False])
     frozen.update(greedy, np.ones(4, bool), 3)

@@ -163,8 +163,9 @@ LAYERS = [
     {"sim"},
     {"env", "tracking"},
     {"agent", "replay"},
+    {"collectors"},  # the local processes and the Ray fleet, one CollectorPool protocol
     {"training"},
-    {"distributed", "tmi", "evaluation"},
+    {"tmi", "evaluation"},
     {"commands"},  # the console scripts, on top of everything
 ]
 

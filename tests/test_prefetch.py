@@ -8,10 +8,10 @@ import pytest
 import torch
 
 import trackmind.replay.prefetch as prefetch
+from trackmind.collectors.shared_handles import make_shared
 from trackmind.replay.buffers import make_buffers
 from trackmind.replay.prefetch import BatchPrefetcher
 from trackmind.training.datamodule import ReplayDataModule
-from trackmind.training.shared import make_shared
 
 
 class Counter:

@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -21,16 +22,18 @@ import numpy as np
 import psutil
 import pytest
 from hydra import compose, initialize_config_dir
+from specs import ray_collector
 
-from trackmind.distributed.config import parse_address
-from trackmind.distributed.fragment import SampleFragment, check_fragment, is_stale
-from trackmind.distributed.receiver import writable
-from trackmind.distributed.statistics import summarise_episodes
-from trackmind.distributed.worker import concat_obs, fleet_frames
+from trackmind.collectors.fleet.fragment import SampleFragment, check_fragment, is_stale
+from trackmind.collectors.fleet.receiver import writable
+from trackmind.collectors.fleet.settings import parse_address, worker_options
+from trackmind.collectors.fleet.statistics import summarise_episodes
+from trackmind.collectors.fleet.worker import concat_obs, fleet_frames
 from trackmind.errors import ConfigError
 from trackmind.training.factory import plan_run
 
-ROOT = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
 TRAIN = ROOT / "scripts" / "train.py"
 LOOPBACK = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
 
@@ -136,13 +139,16 @@ def test_read_only_arrays_become_writable_copies():
 
 def test_rollout_worker_batches_its_env_workers_and_dates_races():
     """Two games of two cars in one worker, weights moving on while races run (no Ray)."""
-    from trackmind.distributed.worker import RolloutWorker
-    from trackmind.training.factory import build_network_from
+    from trackmind.collectors.fleet.worker import RolloutWorker
 
-    plan = _plan("debug=smoke", "collector=ray", "collector.envs_per_worker=2")
-    cfg = dict(plan.cfg, collector=dict(plan.cfg["collector"], cars_per_process=2))
-    worker = RolloutWorker(cfg, index=1, seed=0, n_workers=3)
-    net = build_network_from(cfg, plan.frame_shape, plan.float_dim, plan.float_mean, plan.float_std)
+    plan = _plan(
+        "debug=smoke",
+        "collector=ray",
+        "collector.envs_per_worker=2",
+        "collector.cars_per_process=2",
+    )
+    worker = RolloutWorker(plan.collectors, index=1, seed=0, n_workers=3)
+    net = plan.new_network()
     state = {k: v.numpy() for k, v in net.state_dict().items()}
     asked = [0]
 
@@ -167,8 +173,8 @@ def test_rollout_worker_batches_its_env_workers_and_dates_races():
 # --- config: refused before anything starts ----------------------------------------------
 def test_ray_config_plans():
     plan = _plan("collector=ray")
-    assert plan.cfg["collector"]["backend"] == "ray"
-    assert plan.cfg["collector"]["address"] is None
+    assert plan.collector.backend == "ray"
+    assert plan.collector.address is None
 
 
 @pytest.mark.parametrize(
@@ -197,7 +203,7 @@ def test_bad_ray_config_is_refused_naming_the_key(overrides, key, words):
 def test_gpu_share_reaches_the_worker_actor_options(monkeypatch):
     """collector.gpus_per_worker becomes the wrapper actors' num_gpus (no GPU needed: the
     manager's spawn is run on its plain class, the actor class replaced by a recorder)."""
-    from trackmind.distributed import manager
+    from trackmind.collectors.fleet import manager
 
     plan = _plan(
         "collector=ray",
@@ -217,31 +223,33 @@ def test_gpu_share_reaches_the_worker_actor_options(monkeypatch):
 
     monkeypatch.setattr(manager, "RolloutWorkerWrapper", Recorder)
     plain = manager.RolloutManager.__ray_metadata__.modified_class  # the class, not the actor
-    fleet = plain(plan.cfg, 2, 0, None, None, 0)
+    # the pool hands the manager its workers' resources and the spec, boxed
+    fleet = plain([plan.collectors], worker_options(plan.collector), 2, 0, None, None, 0)
     fleet._spawn(0)
     fleet._spawn(1)
     assert asked == [{"num_cpus": 2, "num_gpus": 0.25}] * 2
-    fleet0 = plain(_plan("collector=ray").cfg, 1, 0, None, None, 0)
+    default = _plan("collector=ray")
+    fleet0 = plain([default.collectors], worker_options(default.collector), 1, 0, None, None, 0)
     fleet0._spawn(0)
     assert asked[-1] == {"num_cpus": 1, "num_gpus": 0.0}  # the default: no GPU reserved
 
 
 def test_local_ray_offers_gpus_only_when_workers_reserve_them():
-    from trackmind.distributed.connect import init_kwargs
+    from trackmind.collectors.fleet.connect import init_kwargs
 
-    col = _plan("collector=ray").cfg["collector"]
+    col = _plan("collector=ray").collector
     assert init_kwargs(col)["num_gpus"] == 0
     import torch
 
-    with_gpus = init_kwargs(dict(col, gpus_per_worker=0.5))["num_gpus"]
+    with_gpus = init_kwargs(replace(col, gpus_per_worker=0.5))["num_gpus"]
     assert with_gpus == (torch.cuda.device_count() if torch.cuda.is_available() else 0)
 
 
 def test_unreachable_address_is_refused_at_once():
-    from trackmind.distributed.config import validate_ray_collector
+    from trackmind.collectors.fleet.settings import validate_ray_collector
 
     port = _free_port()  # nothing listens there
-    col = dict(_plan("collector=ray").cfg["collector"], address=f"127.0.0.1:{port}")
+    col = replace(_plan("collector=ray").collector, address=f"127.0.0.1:{port}")
     t0 = time.monotonic()
     with pytest.raises(ConfigError) as e:
         validate_ray_collector(col)
@@ -258,9 +266,10 @@ def test_silent_address_gives_one_line_and_no_hang():
     (Ray alone retries for minutes), and the process exits cleanly."""
     code = (
         "import sys; from trackmind.errors import ConfigError; "
-        "from trackmind.distributed.connect import connect_ray\n"
+        "from trackmind.collectors.fleet.connect import connect_ray\n"
+        f"sys.path.insert(0, {str(HERE)!r}); from specs import ray_collector\n"
         "try:\n"
-        "    connect_ray({'address': sys.argv[1], 'connect_timeout_s': 3})\n"
+        "    connect_ray(ray_collector(address=sys.argv[1], connect_timeout_s=3))\n"
         "except ConfigError as e:\n"
         "    print(f'config error: {e}', file=sys.stderr); sys.exit(2)\n"
     )
@@ -288,9 +297,9 @@ def local_ray():
     """One local Ray for this module's in-process tests (2 worker CPUs)."""
     import ray
 
-    from trackmind.distributed.connect import connect_ray
+    from trackmind.collectors.fleet.connect import connect_ray
 
-    owned = connect_ray({"address": None, "processes": 2, "object_store_mb": 256})
+    owned = connect_ray(ray_collector(processes=2, object_store_mb=256))
     yield ray.get_runtime_context().gcs_address
     if owned:
         ray.shutdown()
@@ -326,8 +335,9 @@ def test_local_ray_listens_on_loopback_only(local_ray):
 
 def test_joining_the_cluster_by_address(local_ray):
     code = (
-        "import ray; from trackmind.distributed.connect import connect_ray; "
-        f"connect_ray({{'address': '{local_ray}', 'connect_timeout_s': 20}}); "
+        "import ray, sys; from trackmind.collectors.fleet.connect import connect_ray; "
+        f"sys.path.insert(0, {str(HERE)!r}); from specs import ray_collector; "
+        f"connect_ray(ray_collector(address={local_ray!r}, connect_timeout_s=20)); "
         "print(int(ray.cluster_resources()['CPU']))"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -338,24 +348,16 @@ def test_joining_the_cluster_by_address(local_ray):
 
 
 def _fleet_parts(*overrides: str):
+    from trackmind.collectors.shared_handles import make_shared
     from trackmind.replay.buffers import make_buffers
     from trackmind.training.datamodule import ReplayDataModule
-    from trackmind.training.factory import build_network_from
-    from trackmind.training.shared import make_shared
 
     plan = _plan("debug=smoke", "collector=ray", *overrides)
-    cfg = plan.cfg
-
-    def net():
-        return build_network_from(
-            cfg, plan.frame_shape, plan.float_dim, plan.float_mean, plan.float_std
-        )
-
-    shared = make_shared(net(), 8)
+    shared = make_shared(plan.new_network(), 8)
     frame = (1, *plan.frame_shape)
-    buffers = make_buffers(cfg["buffer"], frame, plan.float_dim, ms_per_action=plan.ms_per_action)
+    buffers = make_buffers(plan.buffer, frame, plan.float_dim, ms_per_action=plan.ms_per_action)
     dm = ReplayDataModule(buffers, shared, 32, 1.0, gamma=lambda: 0.99)
-    return cfg, net(), shared, dm
+    return plan.collectors, plan.new_network(), shared, dm
 
 
 def _pump(pool, dm, until, timeout_s: float, check: bool = True) -> bool:
@@ -370,11 +372,11 @@ def _pump(pool, dm, until, timeout_s: float, check: bool = True) -> bool:
 
 
 def test_fleet_streams_races_and_drops_stale_ones(local_ray):
-    from trackmind.distributed.pool import RayCollectorPool
-    from trackmind.training.shared import publish_weights
+    from trackmind.collectors.fleet.fleet_pool import RayCollectorPool
+    from trackmind.collectors.shared_handles import publish_weights
 
-    cfg, online, shared, dm = _fleet_parts("collector.max_staleness=3")
-    pool = RayCollectorPool(cfg, shared, 1, 2, seed=0)
+    spec, online, shared, dm = _fleet_parts("collector.max_staleness=3")
+    pool = RayCollectorPool(spec, shared, 1, 2, seed=0)
     assert not pool.owns_ray  # the module's Ray: the pool joins it and leaves it running
     publish_weights(shared, online)  # version 1
     pool.start()
@@ -549,11 +551,11 @@ def _alive(p: psutil.Process) -> bool:
 def test_fleet_is_replaced_when_its_manager_dies(local_ray):
     import ray
 
-    from trackmind.distributed.pool import RayCollectorPool
-    from trackmind.training.shared import publish_weights
+    from trackmind.collectors.fleet.fleet_pool import RayCollectorPool
+    from trackmind.collectors.shared_handles import publish_weights
 
-    cfg, online, shared, dm = _fleet_parts()
-    pool = RayCollectorPool(cfg, shared, 1, 2, seed=0)
+    spec, online, shared, dm = _fleet_parts()
+    pool = RayCollectorPool(spec, shared, 1, 2, seed=0)
     publish_weights(shared, online)
     pool.start()
     restarted: list[int] = []

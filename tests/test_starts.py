@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
 
+from trackmind.collectors.parts import build_collector_parts, make_start_bank
 from trackmind.env.rollout import GameInstanceManager
 from trackmind.errors import ConfigError
 from trackmind.game.starts import StartBank, StartsConfig, start_point_weights
-from trackmind.training.factory import build_collector_parts, plan_run
+from trackmind.training.factory import plan_run
 from trackmind.training.race_stats import RaceStats
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,9 +59,10 @@ def test_exploration_races_start_mid_track_and_greedy_races_at_the_line():
                 "++exploration.starts={share: 1.0, spacing_m: 20, lead_m: 40}",
             ],
         )
-    cfg = plan_run(cfg).cfg
-    race, cycle, _ = build_collector_parts(cfg, n_cars=4)
-    bank = StartBank(StartsConfig.from_config(cfg["exploration"]["starts"]), seed=1)
+    spec = plan_run(cfg).collectors
+    race, cycle, _ = build_collector_parts(spec, n_cars=4)
+    bank = make_start_bank(spec, seed=1)
+    assert bank is not None and bank.cfg.share == 1.0 and bank.cfg.lead_m == 40
     gim = GameInstanceManager(race, cycle, starts=bank)
     rng = np.random.default_rng(0)
 

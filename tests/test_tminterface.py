@@ -22,6 +22,7 @@ import pytest
 import yaml
 from tminterface.structs import CheckpointData, CheckpointTime, SimStateData
 
+from trackmind.collectors.parts import build_collector_parts
 from trackmind.env.build import make_race
 from trackmind.env.map_cycle import MapCycle
 from trackmind.env.rollout import GameInstanceManager
@@ -32,7 +33,7 @@ from trackmind.sim.game import SimGame
 from trackmind.sim.mapio import load_map
 from trackmind.sim.track import Track
 from trackmind.tmi.capture import make_capture, resize_area, to_frame
-from trackmind.tmi.config import tminterface_config
+from trackmind.tmi.config import CaptureConfig, tminterface_config
 from trackmind.tmi.connection import GameUnavailable, standin_factory
 from trackmind.tmi.game import TMInterfaceGame
 from trackmind.tmi.launcher import CommandLauncher, fill
@@ -51,7 +52,7 @@ from trackmind.tmi.state import (
     rotation_to_world,
     world_to_game,
 )
-from trackmind.training.factory import build_collector_parts, plan_run
+from trackmind.training.factory import plan_run
 
 ROOT = Path(__file__).resolve().parents[1]
 FRAME = (24, 32)
@@ -442,15 +443,8 @@ def test_a_game_that_never_comes_back_ends_in_one_line(real_map):
 
 def test_each_collector_gets_its_own_game(real_map):
     games = [standin(f"TMInterface{i}") for i in range(2)]
-    cfg = {
-        "env": env_cfg(capture={"method": "none"}),
-        "reward": None,
-        "map": {"cycle": [{"map": str(real_map), "challenge": "starter"}]},
-        "network": yaml.safe_load((ROOT / "conf" / "network" / "iqn_floats.yaml").read_text()),
-    }
-    cfg["reward"] = yaml.safe_load((ROOT / "conf" / "reward" / "linesight.yaml").read_text())
-    cfg["env"]["frame_shape"] = None  # a float-only network
-    races = [build_collector_parts(cfg, 1, offset=i)[0] for i in range(2)]
+    spec = plan_run(_compose(_real_overrides(real_map))).collectors  # a float-only network
+    races = [build_collector_parts(spec, 1, offset=i)[0] for i in range(2)]
     assert [r.game.server for r in races] == ["TMInterface0", "TMInterface1"]
     for _ in range(10):
         races[1].step(np.array([0]))
@@ -546,7 +540,7 @@ def test_bad_settings_name_the_key(real_map, override, key):
 def test_window_capture_names_its_optional_packages():
     if sys.platform == "win32":
         pytest.skip("pywin32 may be installed on Windows")
-    cfg = {"method": "window", "window_title": "TrackMania", "regions": None}
+    cfg = CaptureConfig(method="window", window_title="TrackMania", regions=None)
     with pytest.raises(ConfigError) as e:
         make_capture(cfg, FRAME, 0, "TMInterface0", "env.tminterface.capture")
     assert "pywin32" in str(e.value) and one_line(e.value)
@@ -650,12 +644,8 @@ def test_evaluate_races_a_real_game_agent_on_its_registered_map(real_map, capsys
     (here the stand-in) on the map's challenge, against the map's registered reference."""
     import torch
 
-    from trackmind.training.factory import build_network_from
-
     plan = plan_run(_compose([*_real_overrides(real_map), "env.tminterface.probe=false"]))
-    net = build_network_from(
-        plan.cfg, plan.frame_shape, plan.float_dim, plan.float_mean, plan.float_std
-    )
+    net = plan.new_network()
     agent = real_map.parent / "agent.pt"
     torch.save({"network": net.state_dict(), "config": plan.cfg}, agent)
     evaluate = load_script("evaluate")
@@ -675,13 +665,9 @@ def test_evaluate_races_a_real_game_agent_on_its_registered_map(real_map, capsys
 def test_evaluate_without_a_game_ends_in_one_line(real_map, capsys):
     import torch
 
-    from trackmind.training.factory import build_network_from
-
     ov = [*_real_overrides(real_map), "env.tminterface.probe=false"]
     plan = plan_run(_compose([*ov, "env.tminterface.restart_attempts=0"]))
-    net = build_network_from(
-        plan.cfg, plan.frame_shape, plan.float_dim, plan.float_mean, plan.float_std
-    )
+    net = plan.new_network()
     agent = real_map.parent / "agent_nogame.pt"
     torch.save({"network": net.state_dict(), "config": plan.cfg}, agent)
     assert load_script("evaluate").main([str(agent)]) == 2  # no stand-in serves TMInterface0

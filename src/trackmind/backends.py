@@ -4,7 +4,7 @@
 Each is a ``"module:attribute"`` entry point, imported only when a run chooses it (the
 convention of gymnasium's registry). The lower layers name the real game and Ray this way
 without importing them, so imports go one way (sim -> game -> env -> agent/replay ->
-training -> distributed/tmi), and an optional feature costs nothing until a run asks for it.
+training -> collectors/fleet/tmi), and an optional feature costs nothing until a run asks for it.
 """
 
 from __future__ import annotations
@@ -37,14 +37,14 @@ GAME_RUN_CHECK = "trackmind.tmi.run_check:check_run"
 # collector.backend -> CollectorPool class (cfg, shared, n_processes, max_restarts, seed)
 COLLECTOR_POOLS: dict[str, Backend] = {
     "local": Backend(
-        build="trackmind.training.pool:LocalCollectorPool",
-        schema="trackmind.training.schema:CollectorConfig",
-        check="trackmind.training.schema:check_local_collector",
+        build="trackmind.collectors.local_pool:LocalCollectorPool",
+        schema="trackmind.collectors.spec:CollectorConfig",
+        check="trackmind.collectors.spec:check_local_collector",
     ),
     "ray": Backend(
-        build="trackmind.distributed.pool:RayCollectorPool",
-        schema="trackmind.distributed.config:RayCollectorConfig",
-        check="trackmind.distributed.config:validate_ray_collector",
+        build="trackmind.collectors.fleet.fleet_pool:RayCollectorPool",
+        schema="trackmind.collectors.fleet.settings:RayCollectorConfig",
+        check="trackmind.collectors.fleet.settings:validate_ray_collector",
     ),
 }
 

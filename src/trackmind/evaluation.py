@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from trackmind.agent.inference import greedy_q
+from trackmind.agent.network_config import build_network, network_config
 from trackmind.env.build import make_race
 from trackmind.env.map_cycle import MapCycle
 from trackmind.env.observations import FLOATS
@@ -22,7 +23,7 @@ from trackmind.env.rollout import GameInstanceManager
 from trackmind.errors import ConfigError
 from trackmind.game.actions import ACTION_NAMES
 from trackmind.sim.reference import reference_time_ms
-from trackmind.training.factory import build_network_from, resolve_frame_shape
+from trackmind.training.factory import recorded_config
 
 
 def load_checkpoint(path: str) -> dict:
@@ -80,12 +81,12 @@ def evaluate(
 
     if cvar is not None and not 0.0 < cvar <= 1.0:
         raise ValueError(f"cvar must be in (0, 1], got {cvar}")
-    cfg = resolve_frame_shape(ckpt["config"])
+    cfg = recorded_config(ckpt["config"])
     cycle, failed = loadable_cycle(maps)
     rows = [{"map": name, "error": problem} for name, problem in failed]
     for entry in cycle.entries if cycle is not None else []:
         race = make_race(
-            cfg["env"], cfg["reward"], n_cars=1, maps=entry.track, challenges=cycle.challenges
+            cfg.env, cfg.reward, n_cars=1, maps=entry.track, challenges=cycle.challenges
         )
         try:
             rows.append(
@@ -130,13 +131,9 @@ def _evaluate_map(
     """`races` greedy races on one map, with the trace, plot and GIF asked for; its row."""
 
     stats = race.observation.term(FLOATS)
-    net = build_network_from(
-        cfg,
-        race.frame_shape if race.frame_shape[0] else None,
-        stats.size,
-        stats.mean,
-        stats.std,
-    )
+    frame_shape = race.frame_shape if race.frame_shape[0] else None
+    network = network_config(cfg.network, stats.size, frame_shape)  # as it was trained
+    net = build_network(network, stats.size, frame_shape, stats.mean, stats.std)
     try:
         net.load_state_dict(ckpt["network"])
     except RuntimeError as e:  # weights of another architecture than its config
@@ -144,8 +141,8 @@ def _evaluate_map(
         raise ValueError(f"checkpoint network does not match its config: {first}") from None
     net.eval()
     gen = torch.Generator().manual_seed(0)
-    k = int(cfg["network"].get("n_quantiles_inference", 32))
-    cvar = float(cfg["network"].get("greedy_cvar", 1.0) if cvar is None else cvar)
+    k = network.n_quantiles_inference
+    cvar = network.greedy_cvar if cvar is None else float(cvar)
 
     def policy(obs, greedy, net=net, gen=gen, k=k):
         img = torch.from_numpy(obs["frame"]) if "frame" in obs else None

@@ -12,7 +12,7 @@ Copies are kept per version in use and reused, so a collector holds a few at mos
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Protocol
 
 import numpy as np
@@ -21,7 +21,6 @@ import torch
 from trackmind.agent.exploration import (
     ActionHold,
     Exploration,
-    build_exploration,
     select_actions,
 )
 from trackmind.agent.inference import (
@@ -116,7 +115,7 @@ class FrozenGreedy:
 
 
 class RemoteQ(Protocol):
-    """Q values computed elsewhere, with BatchedPolicy's rule (training/inference_server.py)."""
+    """Q values computed elsewhere, with BatchedPolicy's rule (collectors/inference_server.py)."""
 
     def q_values(self, obs: dict, greedy: np.ndarray, started: np.ndarray) -> np.ndarray: ...
 
@@ -179,31 +178,6 @@ class BatchedPolicy:
             self.frozen = FrozenGreedy(live, k_taus, n_cars, greedy_cvar)
             self.device = network_device(live.net)
             self.gen = torch.Generator(device=self.device).manual_seed(seed)
-
-    @classmethod
-    def from_config(
-        cls,
-        cfg: Mapping,
-        live: InferenceNetwork | None,
-        n_cars: int,
-        seed: int,
-        frames: Callable[[], int],
-        remote: RemoteQ | None = None,
-    ) -> BatchedPolicy:
-        """A collector's policy from the run's config (exploration, network's inference taus
-        and greedy_cvar), as local collectors and Ray workers build it; with `remote` (and no
-        `live` network) an inference server computes the Q values."""
-        return cls(
-            live,
-            build_exploration(cfg["exploration"]),
-            int(cfg["network"]["n_quantiles_inference"]),
-            n_cars,
-            seed,
-            frames,
-            greedy_cvar=float(cfg["network"].get("greedy_cvar", 1.0)),
-            remote=remote,
-            precision=str(cfg["collector"].get("precision", "fp32")),
-        )
 
     def act(self, obs: dict, greedy: np.ndarray, started: np.ndarray, version: int):
         """(actions, q_values, was_greedy); `version` is the live weights' version."""

@@ -55,7 +55,7 @@ def main(cfg: DictConfig) -> float:
         sys.exit(2)
     # the run name says what differs between runs; where results are stored does not
     named = [o for o in overrides if not o.lstrip("+~").startswith(("logger.", "hydra."))]
-    run_name = cfg.get("run_name") or (",".join(named) if named else "defaults")
+    run_name = plan.run.run_name or (",".join(named) if named else "defaults")
     tags = {"overrides": " ".join(overrides) or "(defaults)", "hydra_output": hc.runtime.output_dir}
     if hc.mode is not None and hc.mode.name == "MULTIRUN":  # a sweep: group its jobs
         tags.update(sweep_dir=str(hc.sweep.dir), sweep_job=str(hc.job.num))
@@ -69,13 +69,16 @@ def main(cfg: DictConfig) -> float:
 
 def resumed_config(composed: dict, overrides: list[str]):
     """(checkpoint path, config): the saved run's config with this command's key overrides."""
+    from trackmind.errors import check_schema
+    from trackmind.tracking.logger_config import LoggerConfig
     from trackmind.training.checkpoint import find_checkpoint, merge_resume_config, read_checkpoint
+    from trackmind.training.schema import TrainConfig
 
-    path = find_checkpoint(str(composed["resume"]), composed["logger"].get("tracking_uri"))
+    top = check_schema(composed, TrainConfig, "")
+    logger = check_schema(top.logger, LoggerConfig, "logger")  # its store holds the run
+    path = find_checkpoint(str(top.resume), logger.tracking_uri)
     saved = read_checkpoint(path)["trackmind"]["config"]
-    cfg = merge_resume_config(saved, composed, overrides)
-    cfg["resume"] = str(path)
-    return path, cfg
+    return path, {**merge_resume_config(saved, composed, overrides), "resume": str(path)}
 
 
 def unknown_group_option(argv: list[str], conf_dir: Path) -> str | None:

@@ -123,9 +123,3 @@ class StartBank:
         point = min(options, key=lambda p: abs((target - p) - back))
         kept = points[point]
         return kept[int(self.rng.integers(len(kept)))], point
-
-
-def make_start_bank(exploration: Mapping, seed: int) -> StartBank | None:
-    """The StartBank of a collector from the `exploration` config (None when share is 0)."""
-    cfg = StartsConfig.from_config(exploration.get("starts"))
-    return StartBank(cfg, seed) if cfg.share > 0 else None

@@ -9,7 +9,6 @@ rtgym-style real-time stepper when `env.realtime` is set.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict
 from typing import Any
 
 from trackmind.env.build import env_config, frame_shape_of
@@ -70,9 +69,7 @@ def make_tminterface_game(
     server = tmi.server(instance)
     spec = maps[0] if isinstance(maps, (list, tuple)) else maps
     track = spec if isinstance(spec, Track) else load_map(spec)
-    capture = make_capture(
-        asdict(tmi.capture), frame_shape, instance, server, f"{key}.tminterface.capture"
-    )
+    capture = make_capture(tmi.capture, frame_shape, instance, server, f"{key}.tminterface.capture")
     launcher = None
     if tmi.launch_command and tmi.connection == "standin":
         launcher = StandinLauncher(server, standin_settings(tmi, frame_shape))

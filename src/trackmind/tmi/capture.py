@@ -18,6 +18,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from trackmind.errors import ConfigError
+from trackmind.tmi.config import CaptureConfig
 
 GRAY_WEIGHTS = np.array([0.299, 0.587, 0.114])  # ITU-R BT.601 luma of R, G, B
 
@@ -185,19 +186,23 @@ class WindowCapture:
 
 
 def make_capture(
-    cfg: dict, frame_shape: tuple[int, int] | None, instance: int, server: str, key: str
+    cfg: CaptureConfig,
+    frame_shape: tuple[int, int] | None,
+    instance: int,
+    server: str,
+    key: str,
 ) -> FrameCapture:
     """The capture `cfg` (env.tminterface.capture) asks for, for game `instance`."""
-    if frame_shape is None or cfg["method"] == "none":
+    method = cfg.method
+    if frame_shape is None or method == "none":
         return NullCapture()
-    method = cfg["method"]
     if method == "standin":
         return StandinCapture(server, frame_shape)
     if method == "region":
-        regions = cfg.get("regions") or []
+        regions = cfg.regions or []
         if not regions:
             raise ConfigError(f"{key}.regions", "method region needs [[left, top, w, h], ...]")
         return RegionCapture(regions[instance % len(regions)], frame_shape, key)
     if method == "window":
-        return WindowCapture(cfg["window_title"], instance, frame_shape, key)
+        return WindowCapture(cfg.window_title, instance, frame_shape, key)
     raise ConfigError(f"{key}.method", f"unknown method {method!r} (window, region, standin, none)")

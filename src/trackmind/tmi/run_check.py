@@ -11,8 +11,10 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from collections.abc import Mapping
 from typing import Any
 
+from trackmind.collectors.spec import CollectorConfig
 from trackmind.defaults import env_defaults
 from trackmind.errors import ConfigError, require
 from trackmind.game.contract import TICK_MS
@@ -86,9 +88,9 @@ def probe_servers(tmi: TMInterfaceConfig, n_games: int, action_ms: int = 50) -> 
         iface.close()
 
 
-def check_run(cfg: dict, cycle: Any) -> None:
-    """The real-game and real-time parts of a run's config (see the module docstring)."""
-    env = cfg["env"]
+def check_run(env: Mapping[str, Any], col: CollectorConfig, cycle: Any) -> None:
+    """The real-game and real-time parts of a run's config (see the module docstring):
+    the env group, the collectors, the map cycle."""
     rt = realtime_config(env)
     if env.get("backend", "sim") != "tminterface":
         require(env.get("tminterface") is None, KEY, "only used with env.backend=tminterface")
@@ -97,9 +99,8 @@ def check_run(cfg: dict, cycle: Any) -> None:
     env = {**env_defaults(), **env}
     require(env["tick_ms"] == TICK_MS, "env.tick_ms", f"the game's physics tick is {TICK_MS} ms")
     action_ms = TICK_MS * int(env["ticks_per_action"])
-    col = cfg["collector"]
     require(
-        col.get("cars_per_process") == 1,
+        col.cars_per_process == 1,
         "collector.cars_per_process",
         "must be 1 with env.backend=tminterface (one car per game; use collector=tminterface)",
     )
@@ -128,5 +129,5 @@ def check_run(cfg: dict, cycle: Any) -> None:
     if tmi.launch_command:
         _check_executable(tmi.launch_command, f"{KEY}.launch_command")
     autostarted = tmi.connection == "standin" and tmi.standin.autostart
-    if tmi.probe and not tmi.launch_command and not autostarted and col.get("backend") == "local":
-        probe_servers(tmi, int(col["processes"]), action_ms)
+    if tmi.probe and not tmi.launch_command and not autostarted and col.backend == "local":
+        probe_servers(tmi, col.processes, action_ms)

@@ -12,6 +12,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from trackmind.tracking.logger_config import LoggerConfig
+
 log = logging.getLogger(__name__)
 # the experiment tag that opens it in the MLflow UI's "Model training" view (not GenAI)
 ML_VIEW = ("mlflow.experimentKind", "custom_model_development")
@@ -30,30 +32,29 @@ def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
 
 
 def make_logger(
-    cfg: dict,
+    lg: LoggerConfig,
     output_dir: Path,
     run_name: str | None,
     tags: dict[str, str],
     run_id: str | None = None,
 ):
     """The configured Lightning logger; with `run_id`, the MLflow run a resume continues."""
-    lg = cfg["logger"]
-    if lg["backend"] == "none":
+    if lg.backend == "none":
         return None
-    if lg["backend"] == "csv":
+    if lg.backend == "csv":
         from lightning.pytorch.loggers import CSVLogger
 
         return CSVLogger(str(output_dir), name="csv")
     from lightning.pytorch.loggers import MLFlowLogger
 
-    uri = lg["tracking_uri"]
+    uri = str(lg.tracking_uri)
     if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
         Path(uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
-    artifacts = lg.get("artifact_location") or default_artifact_location(uri)
+    artifacts = lg.artifact_location or default_artifact_location(uri)
     if run_id is None:
-        ensure_experiment(uri, lg["experiment_name"], artifacts)
+        ensure_experiment(uri, lg.experiment_name, artifacts)
     return MLFlowLogger(
-        experiment_name=lg["experiment_name"],
+        experiment_name=lg.experiment_name,
         tracking_uri=uri,
         run_name=run_name,
         tags=None if run_id else tags,
@@ -117,9 +118,9 @@ def log_config_artifact(logger: Any, cfg: dict, output_dir: Path) -> None:
     logger.experiment.log_artifact(logger.run_id, str(path))
 
 
-def start_system_metrics(logger: Any, lcfg: dict):
+def start_system_metrics(logger: Any, lg: LoggerConfig):
     """MLflow's CPU/memory/disk/network (and GPU) sampler for this run; None if unavailable."""
-    every = lcfg.get("system_metrics_every_s", 10)
+    every = lg.system_metrics_every_s
     if not every:
         return None
     try:
@@ -129,7 +130,7 @@ def start_system_metrics(logger: Any, lcfg: dict):
             logger.run_id,
             sampling_interval=float(every),
             resume_logging=True,
-            tracking_uri=lcfg["tracking_uri"],
+            tracking_uri=lg.tracking_uri,
         )
         mon.start()
         return mon
@@ -138,12 +139,20 @@ def start_system_metrics(logger: Any, lcfg: dict):
         return None
 
 
-def open_run(cfg: dict, output_dir: Path, run_name: str | None, tags: dict, saved: dict | None):
-    """The run's logger: a new MLflow run with params and config, or the one a resume continues."""
+def open_run(
+    lg: LoggerConfig,
+    cfg: dict,
+    output_dir: Path,
+    run_name: str | None,
+    tags: dict,
+    saved: dict | None,
+):
+    """The run's logger: a new MLflow run with `cfg` (the run's config, as recorded) for
+    params and artifact, or the run a resume continues."""
     run_id = saved.get("mlflow_run_id") if saved is not None else None
-    if saved is not None and cfg["logger"]["backend"] == "mlflow" and not run_id:
+    if saved is not None and lg.backend == "mlflow" and not run_id:
         log.warning("the checkpoint has no MLflow run: this session starts a new one")
-    logger = make_logger(cfg, output_dir, run_name, tags, run_id=run_id)
+    logger = make_logger(lg, output_dir, run_name, tags, run_id=run_id)
     if logger is not None and saved is None:
         logger.log_hyperparams(flatten({k: v for k, v in cfg.items() if k != "hydra"}))
         log_config_artifact(logger, cfg, output_dir)
@@ -152,7 +161,7 @@ def open_run(cfg: dict, output_dir: Path, run_name: str | None, tags: dict, save
             "MLflow run %s in %s; in the UI (make mlflow-ui): "
             "http://127.0.0.1:5000/#/experiments/%s/runs/%s",
             logger.run_id,
-            cfg["logger"]["tracking_uri"],
+            lg.tracking_uri,
             logger.experiment_id,
             logger.run_id,
         )

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from trackmind.training.shared import SharedHandles, publish_weights
+from trackmind.collectors.shared_handles import SharedHandles, publish_weights
 
 log = logging.getLogger(__name__)
 HISTORY_BYTES = 256e6

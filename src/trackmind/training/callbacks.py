@@ -15,9 +15,9 @@ from collections.abc import Callable
 
 import lightning as L
 
+from trackmind.collectors.protocol import CollectorPool
+from trackmind.collectors.shared_handles import SharedHandles, publish_weights
 from trackmind.training.datamodule import ReplayDataModule
-from trackmind.training.pool import CollectorPool
-from trackmind.training.shared import SharedHandles, publish_weights
 
 log = logging.getLogger(__name__)
 

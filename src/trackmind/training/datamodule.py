@@ -23,6 +23,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
+from trackmind.collectors.shared_handles import SharedHandles, read_spool
 from trackmind.queueing import (
     CollectorError,
     CollectorMessage,
@@ -33,7 +34,6 @@ from trackmind.queueing import (
 from trackmind.replay.buffers import ReplayBuffers
 from trackmind.replay.prefetch import BatchPrefetcher
 from trackmind.training.race_stats import RaceStats
-from trackmind.training.shared import SharedHandles, read_spool
 
 log = logging.getLogger(__name__)
 

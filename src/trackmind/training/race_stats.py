@@ -9,12 +9,13 @@ throughput/transitions_per_s, collector/<stage>_ms_per_action.
 
 from __future__ import annotations
 
-import re
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from trackmind.tracking.metric_names import metric_map_name
 
 
 def race_ratio(race_time_ms: float | None, reference_ms: float) -> float | None:
@@ -22,13 +23,6 @@ def race_ratio(race_time_ms: float | None, reference_ms: float) -> float | None:
     if race_time_ms is None:
         return None
     return float(race_time_ms) / float(reference_ms)
-
-
-def metric_map_name(name: str) -> str:
-    """A map's name as one MLflow metric-path component: characters MLflow refuses (':' of
-    procedural:7) and '/' (a map file's folders) become '_', so race/<map>/<metric> keeps
-    three parts and MLflow logs it under the same name without a warning."""
-    return re.sub(r"[^A-Za-z0-9_.\- ]", "_", name)
 
 
 @dataclass

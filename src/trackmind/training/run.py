@@ -23,7 +23,8 @@ import lightning as L
 import torch
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from trackmind.agent.exploration import build_exploration
+from trackmind.collectors.protocol import CollectorPool, make_collector_pool
+from trackmind.collectors.shared_handles import SharedHandles, make_shared, shared_device
 from trackmind.logs import tidy_library_output
 from trackmind.replay.buffers import make_buffers
 from trackmind.replay.config import BufferConfig, frames_device
@@ -47,14 +48,12 @@ from trackmind.training.checkpoint import (
     read_checkpoint,
 )
 from trackmind.training.datamodule import ReplayDataModule
-from trackmind.training.factory import RunPlan, build_network_from
+from trackmind.training.factory import RunPlan
 from trackmind.training.module import IQNLightningModule
-from trackmind.training.pool import CollectorPool, make_collector_pool
 from trackmind.training.progress import RaceProgressBar
 from trackmind.training.race_media import BestRaceMedia
 from trackmind.training.race_stats import RaceStats
 from trackmind.training.schema import TrainerConfig
-from trackmind.training.shared import SharedHandles, make_shared, shared_device
 
 log = logging.getLogger(__name__)
 FAIL_RATIO = 10.0
@@ -118,11 +117,9 @@ def buffer_frames_device(
 def build_learner(plan: RunPlan, resumed_state: dict | None) -> Learner:
     """Networks, shared memory, buffers and module; a checkpoint of another architecture
     is refused here, before any process starts."""
-    cfg = plan.cfg
-    shape = (plan.frame_shape, plan.float_dim, plan.float_mean, plan.float_std)
-    net = build_network_from(cfg, *shape)
-    device = shared_device(cfg["collector"], torch.cuda.is_available())  # the collectors'
-    shared = make_shared(build_network_from(cfg, *shape), plan.collector.queue_size, device)
+    net = plan.new_network()
+    device = shared_device(plan.collector, torch.cuda.is_available())  # the collectors'
+    shared = make_shared(plan.new_network(), plan.collector.queue_size, device)
     frame = (1, *plan.frame_shape) if plan.frame_shape is not None else None
     gpu_bytes = learner_gpu_bytes(plan.trainer)  # frames and weight history may live there
     buffers = make_buffers(
@@ -296,7 +293,7 @@ def wire_run(plan: RunPlan, output_dir: Path, learner: Learner) -> RunParts:
     pruning and the progress bar, connected to one another."""
     cfg, collector = plan.cfg, plan.collector
     pool = make_collector_pool(
-        cfg, learner.shared, collector.processes, collector.max_restarts, plan.run.seed
+        plan.collectors, learner.shared, collector.processes, collector.max_restarts, plan.run.seed
     )
     tracks = {e.name: e.track for e in plan.cycle.entries}
     maps = [e.name for e in plan.cycle.entries]  # a map repeated in the cycle counts again
@@ -308,7 +305,7 @@ def wire_run(plan: RunPlan, output_dir: Path, learner: Learner) -> RunParts:
     ckpt_cb = CheckpointCallback(
         output_dir, cfg, ck.every_s, ck.save_buffer, ck.log_to_mlflow, learner.buffers
     )
-    epsilon = partial(epsilon_at, build_exploration(cfg["exploration"]), learner.shared)
+    epsilon = partial(epsilon_at, plan.collectors.exploration, learner.shared)
     metrics_cb = RaceMetricsCallback(dm, plan.logger.log_every_s, pool, epsilon)
     pruning = TrialPruning(partial(objective, dm.stats, maps))  # in Optuna sweeps
     callbacks = [
@@ -387,11 +384,11 @@ def train(
     parts = wire_run(plan, output_dir, learner)
     log.info("outputs: %s (checkpoints in %s)", output_dir, parts.ckpt_cb.dir)
     run_tags = dict(tags or {}, output_dir=str(output_dir))
-    logger = open_run(cfg, output_dir, run_name, run_tags, saved)
+    logger = open_run(plan.logger, cfg, output_dir, run_name, run_tags, saved)
     if saved is not None and saved.get("buffer_file"):
         restore_buffers(learner.buffers, Path(resume).parent / saved["buffer_file"])
     trainer = make_trainer(plan.trainer, logger, parts.callbacks, output_dir)
-    sysmon = start_system_metrics(logger, cfg["logger"]) if is_mlflow(logger) else None
+    sysmon = start_system_metrics(logger, plan.logger) if is_mlflow(logger) else None
     if resume is not None:
         log.info("resuming from %s", resume)
     try:

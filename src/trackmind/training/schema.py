@@ -1,17 +1,16 @@
-"""Schemas of the run-level groups: map, trainer, logger, checkpoint, collector.
+"""Schemas of the run-level groups: map, trainer, checkpoint.
 
 Every group is a dataclass whose fields are its keys, checked by the one function
 `trackmind.errors.check_schema` (OmegaConf merge: unknown keys and wrong types refused;
 `__post_init__`: ranges). Groups that configure one part keep their schema beside it:
-learner (training.module.LearnerConfig), buffer (replay.config.BufferConfig), collector=ray
-(distributed.config), the real game (tmi.config). plan_run checks all of them before
-anything starts.
+learner (training.module.LearnerConfig), buffer (replay.config.BufferConfig), collector
+(collectors.spec, collectors.fleet.settings), logger (tracking.logger_config), the real
+game (tmi.config). plan_run checks
+all of them before anything starts.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,9 +32,41 @@ class RunConfig:
     resume: str | None = None  # a checkpoint, a run's output dir or an MLflow run id
 
 
-def check_trainer_machine(tcfg: Mapping, cuda_devices: int) -> None:
+Group = dict[str, Any]  # a config group as composed, checked by its own schema in plan_run
+
+
+@dataclass
+class TrainConfig(RunConfig):
+    """train.yaml as Hydra composes it: the run's own keys and every config group (a
+    mapping, each then checked by its own schema). Unknown top-level keys and a group that
+    is not a mapping are refused here, naming the key."""
+
+    map: Group = MISSING
+    network: Group = MISSING
+    reward: Group = MISSING
+    exploration: Group = MISSING
+    env: Group = MISSING
+    collector: Group = MISSING
+    buffer: Group = MISSING
+    learner: Group = MISSING
+    trainer: Group = MISSING
+    logger: Group = MISSING
+    checkpoint: Group | None = None
+    # Hydra's and the launchers' own keys: not read by plan_run
+    output_dir: Any = None
+    debug: Any = None
+    hparams_search: Any = None
+    experiment: Any = None
+    hydra: Any = None
+
+    def run(self) -> RunConfig:
+        """The run's own keys alone."""
+        return RunConfig(seed=self.seed, run_name=self.run_name, resume=self.resume)
+
+
+def check_trainer_machine(trainer: TrainerConfig, cuda_devices: int) -> None:
     """The trainer's settings against this machine: a GPU asked for must be here."""
-    acc, dev = tcfg["accelerator"], tcfg["devices"]
+    acc, dev = trainer.accelerator, trainer.devices
     on_gpu = acc in ("gpu", "cuda") or (acc == "auto" and cuda_devices > 0)
     require(
         on_gpu or not isinstance(dev, list),
@@ -123,42 +154,6 @@ class MapConfig:
 
 
 @dataclass
-class LoggerConfig:
-    """Where metrics go (conf/logger): MLflow, CSV files or nowhere."""
-
-    backend: str = "mlflow"
-    tracking_uri: str | None = None
-    experiment_name: str = "trackmind"
-    artifact_location: str | None = None  # default: <sqlite db dir>/mlartifacts
-    log_every_s: float = 10.0
-    system_metrics_every_s: float = 10.0  # 0: off
-    media_every_s: float = 120.0  # draw new best greedy races (plot + GIF) at most this often
-
-    def __post_init__(self) -> None:
-        require(
-            self.backend in ("mlflow", "csv", "none"),
-            "logger.backend",
-            f"must be mlflow, csv or none, got {self.backend!r}",
-        )
-        require(
-            self.backend != "mlflow" or bool(self.tracking_uri),
-            "logger.tracking_uri",
-            "MLflow needs a tracking URI (sqlite:///outputs/mlflow.db or http://127.0.0.1:5000)",
-        )
-        require(
-            self.media_every_s > 0,
-            "logger.media_every_s",
-            f"must be > 0, got {self.media_every_s}",
-        )
-        require(self.log_every_s > 0, "logger.log_every_s", f"must be > 0, got {self.log_every_s}")
-        require(
-            self.system_metrics_every_s >= 0,
-            "logger.system_metrics_every_s",
-            f"must be >= 0, got {self.system_metrics_every_s}",
-        )
-
-
-@dataclass
 class CheckpointConfig:
     """Periodic checkpoints of the learner (train.yaml `checkpoint`)."""
 
@@ -172,83 +167,3 @@ class CheckpointConfig:
             "checkpoint.every_s",
             f"must be > 0 seconds or null (only at the end), got {self.every_s!r}",
         )
-
-
-INFERENCE_LAYOUTS = ("process", "server")
-LEARNER_CORES = 3  # the learner's main thread, its batch-prefetch thread, the inference server
-
-
-def auto_processes(cores: int) -> int:
-    """collector.processes=auto: one collector per core the learner leaves free, at least 1."""
-    return max(1, int(cores) - LEARNER_CORES)
-
-
-def int_at_least(value: int, low: int, key: str) -> None:
-    require(value >= low, key, f"must be an integer >= {low}, got {value!r}")
-
-
-@dataclass
-class CollectorConfig:
-    """Collector processes on this machine (conf/collector/local.yaml, where the defaults
-    live): LocalCollectorPool's processes and what each collector runs."""
-
-    backend: str = MISSING  # local | ray (distributed.config.RayCollectorConfig)
-    processes: Any = MISSING  # an integer >= 1, or auto: one per CPU core the learner leaves
-    cars_per_process: int = MISSING
-    refresh_every_actions: int = MISSING
-    queue_size: int = MISSING
-    torch_threads: int = MISSING
-    max_restarts: int = MISSING
-    device: str = "auto"  # inference: auto (cuda when there is a GPU) | cpu | cuda
-    # process: each collector runs its own network; server: one process runs every
-    # collector's cars in one batch (training/inference_server.py)
-    inference: str = "process"
-    precision: str = "fp32"  # inference arithmetic: fp32 | bf16 (autocast, collectors on a GPU)
-
-    def __post_init__(self) -> None:
-        from trackmind.agent.device import check_device_name
-
-        check_device_name(self.device, "collector.device")
-        require(
-            self.inference in INFERENCE_LAYOUTS,
-            "collector.inference",
-            f"must be one of {', '.join(INFERENCE_LAYOUTS)}, got {self.inference!r}",
-        )
-        require(
-            self.precision in ("fp32", "bf16"),
-            "collector.precision",
-            f"must be fp32 or bf16, got {self.precision!r}",
-        )
-        if self.processes == "auto":
-            self.processes = auto_processes(os.cpu_count() or 1)
-        require(
-            isinstance(self.processes, int) and not isinstance(self.processes, bool),
-            "collector.processes",
-            f"must be an integer >= 1 or auto, got {self.processes!r}",
-        )
-        for name in (
-            "processes",
-            "cars_per_process",
-            "refresh_every_actions",
-            "queue_size",
-            "torch_threads",
-        ):
-            int_at_least(getattr(self, name), 1, f"collector.{name}")
-        int_at_least(self.max_restarts, 0, "collector.max_restarts")
-
-
-def check_local_collector(col: Mapping) -> None:
-    """What this machine must offer local collectors: a CUDA GPU for collector.device=cuda
-    (checked when the run is planned, so no collector process dies of it later)."""
-    import torch
-
-    from trackmind.agent.device import resolve_device
-
-    cuda = torch.cuda.is_available()
-    device = resolve_device(col.get("device", "auto"), cuda, "collector.device")
-    require(
-        col.get("precision", "fp32") == "fp32" or device == "cuda",
-        "collector.precision",
-        "bf16 inference needs the collectors on a GPU (collector.device cuda, or auto where "
-        "torch sees one)",
-    )

@@ -15,10 +15,9 @@ import logging
 import os
 import subprocess
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 
-from trackmind.distributed.config import fleet_problem, parse_address
+from trackmind.collectors.fleet.settings import RayCollectorConfig, fleet_problem, parse_address
 from trackmind.errors import ConfigError, first_line
 
 log = logging.getLogger(__name__)
@@ -62,18 +61,17 @@ def token_auth_if_available() -> None:
     maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
 
 
-def init_kwargs(ccfg: Mapping) -> dict:
+def init_kwargs(col: RayCollectorConfig) -> dict:
     """ray.init arguments for the collector config (local start or join)."""
-    kind, _, _ = parse_address(ccfg.get("address"))
+    kind, _, _ = parse_address(col.address)
     common = {"log_to_driver": False, "namespace": "trackmind", "configure_logging": False}
     if kind != "local":
-        return {"address": str(ccfg["address"]).strip(), **common}
-    num_cpus = ccfg.get("num_cpus")
+        return {"address": str(col.address).strip(), **common}
+    num_cpus = col.num_cpus
     if num_cpus is None:  # every wrapper gets scheduled; Ray starts this many processes at once
-        need = int(ccfg["processes"]) * int(ccfg.get("cpus_per_worker", 1))
-        num_cpus = max(need, os.cpu_count() or 1)
+        num_cpus = max(col.processes * col.cpus_per_worker, os.cpu_count() or 1)
     gpus = 0  # the GPUs of this machine only when the workers reserve shares of them
-    if float(ccfg.get("gpus_per_worker", 0) or 0) > 0:
+    if col.gpus_per_worker > 0:
         import torch
 
         gpus = torch.cuda.device_count()
@@ -82,12 +80,12 @@ def init_kwargs(ccfg: Mapping) -> dict:
         "num_gpus": gpus,
         "include_dashboard": False,
         "_node_ip_address": "127.0.0.1",
-        "object_store_memory": int(ccfg.get("object_store_mb", 512)) * 2**20,
+        "object_store_memory": col.object_store_mb * 2**20,
         **common,
     }
 
 
-def connect_ray(ccfg: Mapping) -> bool:
+def connect_ray(col: RayCollectorConfig) -> bool:
     """Start or join Ray; True when this call did (the caller then shuts it down).
 
     Raises ConfigError (key collector.address) when a cluster does not answer within
@@ -98,7 +96,7 @@ def connect_ray(ccfg: Mapping) -> bool:
     if ray.is_initialized():
         return False
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no reports to the internet
-    kwargs = init_kwargs(ccfg)
+    kwargs = init_kwargs(col)
     local = "address" not in kwargs
     if local:  # in this thread: Ray installs its SIGTERM handler in the main thread
         loopback_only()
@@ -108,26 +106,26 @@ def connect_ray(ccfg: Mapping) -> bool:
             raise ConfigError("collector", f"Ray failed to start locally: {first_line(e)}") from e
         private_token_file()
     else:
-        _, host, _ = parse_address(ccfg.get("address"))
+        _, host, _ = parse_address(col.address)
         if host in ("127.0.0.1", "localhost", "::1"):  # a private cluster on this machine
             loopback_only()
         token_auth_if_available()
-        _join_within(kwargs, float(ccfg.get("connect_timeout_s", 20)))
+        _join_within(kwargs, float(col.connect_timeout_s))
     ctx = ray.get_runtime_context()
     log.info("Ray %s: node %s", "started" if local else "joined", ctx.get_node_id()[:12])
     return True
 
 
-def check_cluster_fits(ccfg: Mapping) -> None:
+def check_cluster_fits(col: RayCollectorConfig) -> None:
     """ConfigError (collector.processes) when the joined cluster has fewer CPUs than the
     fleet reserves: Ray would start the workers it can place and wait forever for the rest."""
     import ray
 
-    kind, _, _ = parse_address(ccfg.get("address"))
+    kind, _, _ = parse_address(col.address)
     if kind == "local":
         return  # plan_run checked this machine (or num_cpus asks for more on purpose)
     cpus = float(ray.cluster_resources().get("CPU", 0))
-    problem = fleet_problem(ccfg, cpus, f"the cluster at {ccfg.get('address')}")
+    problem = fleet_problem(col, cpus, f"the cluster at {col.address}")
     if problem is not None:
         raise ConfigError("collector.processes", problem)
 

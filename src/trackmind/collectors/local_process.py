@@ -22,10 +22,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from trackmind.env.rollout_results import pack_rollout
-from trackmind.queueing import CollectorError, CollectorStats, RaceFile
-from trackmind.training.inference_server import RemoteQ, ServerLink
-from trackmind.training.shared import (
+from trackmind.collectors.inference_server import RemoteQ, ServerLink
+from trackmind.collectors.shared_handles import (
     CollectorLink,
     pull_weights,
     put_message,
@@ -33,17 +31,24 @@ from trackmind.training.shared import (
     should_stop,
     write_spool,
 )
+from trackmind.collectors.spec import CollectorSpec
+from trackmind.env.rollout_results import pack_rollout
+from trackmind.queueing import CollectorError, CollectorStats, RaceFile
 
 
 def collector_process_fn(
-    cfg: dict, idx: int, shared: CollectorLink, seed: int, server: ServerLink | None = None
+    spec: CollectorSpec,
+    idx: int,
+    shared: CollectorLink,
+    seed: int,
+    server: ServerLink | None = None,
 ) -> None:
-    """Entry point of a collector process (spawned; `cfg` is the resolved config dict).
+    """Entry point of a collector process (spawned; `spec` is the run's CollectorSpec).
     With `server`, an inference server computes its Q values (collector.inference=server)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent = os.getppid()
     try:
-        _run(cfg, idx, shared, seed, parent, server)
+        _run(spec, idx, shared, seed, parent, server)
     except Exception:
         put_message(shared, CollectorError(idx, traceback.format_exc()), parent)
         raise
@@ -78,37 +83,35 @@ class AgentWeights:
 
 
 def _run(
-    cfg: dict,
+    spec: CollectorSpec,
     idx: int,
     shared: CollectorLink,
     seed: int,
     parent: int,
     server: ServerLink | None = None,
 ) -> None:
-    from trackmind.agent.acting import BatchedPolicy
     from trackmind.agent.device import resolve_device
     from trackmind.agent.inference import make_inference_network
+    from trackmind.collectors.parts import build_collector_parts, make_policy, make_start_bank
     from trackmind.env.rollout import GameInstanceManager
-    from trackmind.game.starts import make_start_bank
-    from trackmind.training.factory import build_collector_parts
 
-    ccfg = cfg["collector"]
-    torch.set_num_threads(int(ccfg.get("torch_threads", 1)))
-    race, cycle, net = build_collector_parts(cfg, n_cars=int(ccfg["cars_per_process"]), offset=idx)
+    col = spec.collector
+    torch.set_num_threads(col.torch_threads)
+    race, cycle, net = build_collector_parts(spec, n_cars=col.cars_per_process, offset=idx)
     stop = partial(should_stop, shared, parent)
     if server is not None:  # the server holds the weights: this process never pulls them
         remote = RemoteQ(server, idx, stop)
         infer, weights = None, AgentWeights(shared, None, -1, 0)
     else:
         remote = None
-        net.to(resolve_device(ccfg.get("device", "auto"), torch.cuda.is_available()))
+        net.to(resolve_device(col.device, torch.cuda.is_available()))
         version = pull_weights(shared, net, -1)
-        infer = make_inference_network(net, cfg["network"].get("compile", "none"))
-        weights = AgentWeights(shared, infer.net, version, int(ccfg["refresh_every_actions"]))
-    acting = BatchedPolicy.from_config(
-        cfg, infer, race.n_cars, seed, frames=lambda: shared.frames.value, remote=remote
+        infer = make_inference_network(net, spec.network.compile)
+        weights = AgentWeights(shared, infer.net, version, col.refresh_every_actions)
+    acting = make_policy(
+        spec, infer, race.n_cars, seed, frames=lambda: shared.frames.value, remote=remote
     )
-    gim = GameInstanceManager(race, cycle, starts=make_start_bank(cfg["exploration"], seed))
+    gim = GameInstanceManager(race, cycle, starts=make_start_bank(spec, seed))
 
     def policy(obs: dict[str, Any], greedy: np.ndarray):
         return acting.act(obs, greedy, gim.started, weights.tick())

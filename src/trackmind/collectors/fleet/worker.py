@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from trackmind.distributed.fragment import SampleFragment
+from trackmind.collectors.fleet.fragment import SampleFragment
+from trackmind.collectors.spec import CollectorSpec
 from trackmind.env.rollout import GameInstanceManager
 from trackmind.env.rollout_results import pack_rollout
 from trackmind.game.monitor import PipelineMonitor
@@ -92,34 +93,32 @@ def fleet_frames(frames_at_sync: int, own_actions: int, n_workers: int) -> int:
 class RolloutWorker:
     """Several EnvWorkers, one inference network, one exploration policy."""
 
-    def __init__(self, cfg: dict, index: int, seed: int, n_workers: int = 1) -> None:
-        from trackmind.agent.acting import BatchedPolicy
+    def __init__(self, spec: CollectorSpec, index: int, seed: int, n_workers: int = 1) -> None:
         from trackmind.agent.device import resolve_device
         from trackmind.agent.inference import make_inference_network
-        from trackmind.distributed.config import worker_cuda_available
-        from trackmind.game.starts import make_start_bank
-        from trackmind.training.factory import build_collector_parts
+        from trackmind.collectors.fleet.settings import RayCollectorConfig, worker_cuda_available
+        from trackmind.collectors.parts import build_collector_parts, make_policy, make_start_bank
 
-        ccfg = cfg["collector"]
-        torch.set_num_threads(int(ccfg.get("torch_threads", 1)))
+        col = spec.collector
+        assert isinstance(col, RayCollectorConfig), "a RolloutWorker runs collector=ray"
+        torch.set_num_threads(col.torch_threads)
         self.index = int(index)
         self.n_workers = int(n_workers)
         self.monitor = PipelineMonitor()
-        n_envs = int(ccfg.get("envs_per_worker", 1))
-        n_cars = int(ccfg["cars_per_process"])
+        n_envs, n_cars = col.envs_per_worker, col.cars_per_process
         self.envs: list[EnvWorker] = []
         net = None
         for e in range(n_envs):  # game e of worker i starts where local collector i*n+e would
-            race, cycle, env_net = build_collector_parts(cfg, n_cars, offset=index * n_envs + e)
-            starts = make_start_bank(cfg["exploration"], seed * 1000 + e)
+            race, cycle, env_net = build_collector_parts(spec, n_cars, offset=index * n_envs + e)
+            starts = make_start_bank(spec, seed * 1000 + e)
             self.envs.append(EnvWorker(e, race, cycle, self.monitor, starts))
             net = net if net is not None else env_net
-        cuda = worker_cuda_available(ccfg, torch.cuda.is_available())  # a GPU it reserved
-        net.to(resolve_device(ccfg.get("device", "auto"), cuda))
-        self.infer = make_inference_network(net, cfg["network"].get("compile", "none"))
+        cuda = worker_cuda_available(col, torch.cuda.is_available())  # a GPU it reserved
+        net.to(resolve_device(col.device, cuda))
+        self.infer = make_inference_network(net, spec.network.compile)
         all_cars = sum(env.n_cars for env in self.envs)
-        self.acting = BatchedPolicy.from_config(cfg, self.infer, all_cars, seed, frames=self.frames)
-        self.refresh_every = int(ccfg["refresh_every_actions"])
+        self.acting = make_policy(spec, self.infer, all_cars, seed, frames=self.frames)
+        self.refresh_every = col.refresh_every_actions
         self.version = -1  # no weights yet
         self.frames_at_sync = 0
         self.own_actions = 0  # since the last weights

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import ray
 
-from trackmind.distributed.fragment import check_fragment, check_meta, is_stale
+from trackmind.collectors.fleet.fragment import check_fragment, check_meta, is_stale
 from trackmind.queueing import CollectorMessage, CollectorStats, RaceInMemory, put_until_stopped
 
 log = logging.getLogger(__name__)

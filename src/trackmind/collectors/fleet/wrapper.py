@@ -16,12 +16,16 @@ import os
 import queue as queue_mod
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 
-from trackmind.distributed.fragment import SampleFragment, is_stale
+from trackmind.collectors.fleet.fragment import SampleFragment, is_stale
 from trackmind.queueing import put_until_stopped
+
+if TYPE_CHECKING:
+    from trackmind.collectors.fleet.settings import RayCollectorConfig
+    from trackmind.collectors.spec import CollectorSpec
 
 SEND_BATCH = 32  # fragments per call to the interface at most ...
 SEND_EVERY_S = 0.25  # ... gathered for this long: few, larger calls (each costs ~ms of CPU)
@@ -49,7 +53,7 @@ class RolloutWorkerWrapper:
 
     def __init__(
         self,
-        cfg: dict,
+        spec: CollectorSpec,
         index: int,
         seed: int,
         n_workers: int,
@@ -57,13 +61,14 @@ class RolloutWorkerWrapper:
         statistics: Any,
         weights: tuple[int, list, int] | None = None,
     ) -> None:
-        self.cfg, self.index, self.seed, self.n_workers = cfg, int(index), int(seed), n_workers
+        self.spec, self.index, self.seed, self.n_workers = spec, int(index), int(seed), n_workers
         self.interface, self.statistics = interface, statistics
-        self.max_staleness = int(cfg["collector"]["max_staleness"])
+        col: RayCollectorConfig = spec.collector  # type: ignore[assignment]
+        self.max_staleness = col.max_staleness
         self._latest = weights  # (version, [ObjectRef of the state dict], frames)
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._inbox: queue_mod.Queue = queue_mod.Queue(int(cfg["collector"]["queue_size"]))
+        self._inbox: queue_mod.Queue = queue_mod.Queue(col.queue_size)
         self._episodes: list[dict] = []
         self._send_error: BaseException | None = None
         self.stale_dropped = 0
@@ -83,9 +88,9 @@ class RolloutWorkerWrapper:
 
     def run(self) -> dict[str, int]:
         """Race until stopped; returns counts. An exception here reaches the manager."""
-        from trackmind.distributed.worker import RolloutWorker  # torch: only where it races
+        from trackmind.collectors.fleet.worker import RolloutWorker  # torch: only where it races
 
-        worker = RolloutWorker(self.cfg, self.index, self.seed, self.n_workers)
+        worker = RolloutWorker(self.spec, self.index, self.seed, self.n_workers)
         sender = threading.Thread(target=self._send_loop, name="sender", daemon=True)
         sender.start()
         try:

@@ -26,7 +26,6 @@ import os
 import pickle
 import shutil
 import tempfile
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ import torch
 import torch.multiprocessing as tmp
 
 from trackmind.agent.device import resolve_device
+from trackmind.collectors.spec import CollectorConfig
 from trackmind.queueing import put_until_stopped
 
 log = logging.getLogger(__name__)
@@ -114,12 +114,12 @@ def _spool_base() -> str | None:
     return None
 
 
-def shared_device(ccfg: Mapping[str, Any], cuda_available: bool) -> str:
+def shared_device(collector: CollectorConfig, cuda_available: bool) -> str:
     """Where the shared network lives: on the local collectors' device (publish and pull
     are then copies within it), on the CPU for Ray workers (they get numpy state dicts)."""
-    if ccfg.get("backend", "local") != "local":
+    if collector.backend != "local":
         return "cpu"
-    return resolve_device(str(ccfg.get("device", "auto")), cuda_available)
+    return resolve_device(collector.device, cuda_available)
 
 
 def make_shared(

@@ -1,4 +1,4 @@
-"""CollectorPool: starts, watches, restarts and stops the collector processes.
+"""LocalCollectorPool: starts, watches, restarts and stops the local collector processes.
 
 Used by CollectorCallback (start at fit start, stop at fit end / on exceptions / Ctrl-C)
 and by the DataModule (it checks the pool while it waits for data, so a dead collector is
@@ -12,64 +12,39 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import torch
 
-from trackmind.backends import COLLECTOR_POOLS, choose, load
-from trackmind.training.collector import collector_process_fn
-from trackmind.training.inference_server import make_server_link, server_process_fn
-from trackmind.training.shared import SharedHandles, shared_device, spawn_context
+from trackmind.collectors.inference_server import make_server_link, server_process_fn
+from trackmind.collectors.local_process import collector_process_fn
+from trackmind.collectors.shared_handles import SharedHandles, shared_device, spawn_context
+from trackmind.collectors.spec import CollectorSpec
 
 log = logging.getLogger(__name__)
-
-
-@runtime_checkable
-class CollectorPool(Protocol):
-    """What the learner needs of its collectors, wherever they run.
-
-    LocalCollectorPool (processes on this machine) and distributed.pool.RayCollectorPool
-    (actors on a Ray cluster) implement it; CollectorCallback drives it through a fit, the
-    DataModule checks it while it waits for data, RaceMetricsCallback reports it.
-    """
-
-    restarts: int  # collectors restarted so far
-    on_restart: Callable[[int], None] | None  # told the collector index after a restart
-
-    def start(self) -> None: ...
-
-    def check(self) -> list[int]:
-        """Restart collectors that died; the indices restarted."""
-        ...
-
-    def alive(self) -> int: ...
-
-    def pids(self) -> list[int]: ...
-
-    def metrics(self) -> dict[str, float]:
-        """The backend's own figures for MLflow (none for local processes)."""
-        ...
-
-    def stop(self, timeout_s: float = 10.0) -> None: ...
 
 
 class LocalCollectorPool:
     """K collector processes on this machine sharing one SharedHandles bundle; with
     collector.inference=server, one more process (index K) computes every collector's Q
-    values (training/inference_server.py) and is watched and restarted like a collector."""
+    values (collectors/inference_server.py) and is watched and restarted like a collector."""
 
     def __init__(
-        self, cfg: dict, shared: SharedHandles, n_processes: int, max_restarts: int, seed: int = 0
+        self,
+        spec: CollectorSpec,
+        shared: SharedHandles,
+        n_processes: int,
+        max_restarts: int,
+        seed: int = 0,
     ) -> None:
-        self.cfg = cfg
+        self.spec = spec
         self.shared = shared
         self.n = int(n_processes)
         self.max_restarts = int(max_restarts)
         self.seed = int(seed)
-        ccfg = cfg["collector"]
         self.server = None  # the inference server's link, when collectors use one
-        if ccfg.get("inference", "process") == "server":
-            cars = int(ccfg["cars_per_process"])
+        if spec.collector.inference == "server":
+            cars = spec.collector.cars_per_process
             self.server = make_server_link(shared.network, self.n, cars, spawn_context())
         self.procs: list[Any] = [None] * (self.n + (self.server is not None))
         self.restarts = 0
@@ -82,13 +57,13 @@ class LocalCollectorPool:
         seed = self.seed * 1000 + idx * 17 + self.restarts
         link = self.shared.link(idx)
         if self.server is not None and idx == self.n:  # the inference server
-            device = shared_device(self.cfg["collector"], torch.cuda.is_available())
-            target, args = server_process_fn, (self.cfg, self.server, link, device, seed)
+            device = shared_device(self.spec.collector, torch.cuda.is_available())
+            target, args = server_process_fn, (self.spec, self.server, link, device, seed)
             name = "trackmind-inference-server"
         else:  # a collector; one that asks the server never opens the (GPU) shared network
             if self.server is not None:
                 link = dataclasses.replace(link, network=None)
-            target, args = collector_process_fn, (self.cfg, idx, link, seed, self.server)
+            target, args = collector_process_fn, (self.spec, idx, link, seed, self.server)
             name = f"trackmind-collector-{idx}"
         p = self._ctx.Process(target=target, args=args, name=name, daemon=True)
         p.start()
@@ -169,12 +144,3 @@ class LocalCollectorPool:
                     q.get_nowait()
             except Exception:
                 pass
-
-
-def make_collector_pool(
-    cfg: dict, shared: SharedHandles, n_processes: int, max_restarts: int, seed: int = 0
-) -> CollectorPool:
-    """The configured backend's pool (trackmind.backends.COLLECTOR_POOLS): local processes,
-    or Ray actors (collector=ray; Ray is an optional feature, imported only then)."""
-    pool = choose(COLLECTOR_POOLS, cfg["collector"].get("backend", "local"), "collector.backend")
-    return load(pool.build)(cfg, shared, n_processes, max_restarts, seed)

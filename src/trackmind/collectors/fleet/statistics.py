@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 
 import ray
 
-from trackmind.training.race_stats import metric_map_name
+from trackmind.tracking.metric_names import metric_map_name
 
 
 def summarise_episodes(

@@ -21,11 +21,13 @@ from typing import Any
 
 import ray
 
-from trackmind.distributed.connect import check_cluster_fits, connect_ray
-from trackmind.distributed.interface import ReplayBufferInterface
-from trackmind.distributed.manager import RolloutManager
-from trackmind.distributed.receiver import Receiver
-from trackmind.distributed.statistics import EpisodeStatistics
+from trackmind.collectors.fleet.connect import check_cluster_fits, connect_ray
+from trackmind.collectors.fleet.interface import ReplayBufferInterface
+from trackmind.collectors.fleet.manager import RolloutManager
+from trackmind.collectors.fleet.receiver import Receiver
+from trackmind.collectors.fleet.settings import RayCollectorConfig, worker_options
+from trackmind.collectors.fleet.statistics import EpisodeStatistics
+from trackmind.collectors.spec import CollectorSpec
 
 log = logging.getLogger(__name__)
 CHECK_EVERY_S = 0.2  # publishing new weights
@@ -44,10 +46,15 @@ class RayCollectorPool:
     """n RolloutWorkerWrapper actors under one RolloutManager, for one learner."""
 
     def __init__(
-        self, cfg: dict, shared: Any, n_processes: int, max_restarts: int, seed: int = 0
+        self,
+        spec: CollectorSpec,
+        shared: Any,
+        n_processes: int,
+        max_restarts: int,
+        seed: int = 0,
     ) -> None:
-        self.cfg = cfg
-        self.ccfg = cfg["collector"]
+        self.spec = spec
+        self.col: RayCollectorConfig = spec.collector  # type: ignore[assignment]
         self.shared = shared
         self.n = int(n_processes)
         self.max_restarts = int(max_restarts)
@@ -55,8 +62,9 @@ class RayCollectorPool:
         self.restarts = 0
         self.deaths: list[tuple[int, Any]] = []
         self.on_restart: Callable[[int], None] | None = None
-        self.owns_ray = connect_ray(self.ccfg)
-        check_cluster_fits(self.ccfg)
+        self.owns_ray = connect_ray(self.col)
+        check_cluster_fits(self.col)
+        self._spec_box: list | None = None  # [ObjectRef of the spec]: put once, on start
         self.manager: Any = None  # the actors, once started
         self.interface: Any = None
         self.statistics: Any = None
@@ -77,14 +85,14 @@ class RayCollectorPool:
     def start(self) -> None:
         if self._started:
             return
-        from trackmind.env.map_cycle import MapCycle
-
-        maps = {e.name for e in MapCycle.from_config(self.cfg["map"]["cycle"]).entries}
-        size = int(self.ccfg["queue_size"]) * self.n
+        maps = {e.name for e in self.spec.cycle}
+        # the manager passes the spec on without unpickling it (no torch in its process)
+        self._spec_box = [ray.put(self.spec)]
+        size = self.col.queue_size * self.n
         self.interface = ReplayBufferInterface.options(scheduling_strategy=here()).remote(size)
         self.statistics = EpisodeStatistics.options(scheduling_strategy=here()).remote()
         self.receiver = Receiver(
-            self.interface, self.shared, int(self.ccfg["max_staleness"]), known_maps=maps
+            self.interface, self.shared, self.col.max_staleness, known_maps=maps
         )
         self.receiver.start()
         self.shared.queues.append(self.receiver.queue)
@@ -95,7 +103,8 @@ class RayCollectorPool:
     def _new_manager(self) -> None:
         budget = self.max_restarts - self._restarts_before
         self.manager = RolloutManager.options(scheduling_strategy=here()).remote(
-            self.cfg,
+            self._spec_box,
+            worker_options(self.col),
             self.n,
             self.seed,
             self.interface,

@@ -11,15 +11,14 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from omegaconf import MISSING
 
+from trackmind.collectors.spec import CollectorConfig, int_at_least
 from trackmind.errors import ConfigError, require
 from trackmind.netprobe import probe
-from trackmind.training.schema import CollectorConfig, int_at_least
 
 
 def parse_address(address: object, key: str = "collector.address") -> tuple[str, str, int]:
@@ -111,10 +110,10 @@ class RayCollectorConfig(CollectorConfig):
             )
 
 
-def fleet_problem(col: Mapping, cpus: float, where: str) -> str | None:
+def fleet_problem(col: RayCollectorConfig, cpus: float, where: str) -> str | None:
     """Why the fleet cannot be placed on `cpus` CPUs, or None: every worker reserves
     cpus_per_worker, and Ray would otherwise start them all and wait forever for the rest."""
-    n, each = int(col["processes"]), int(col.get("cpus_per_worker", 1))
+    n, each = col.processes, col.cpus_per_worker
     if n * each <= cpus:
         return None
     return (
@@ -124,21 +123,18 @@ def fleet_problem(col: Mapping, cpus: float, where: str) -> str | None:
     )
 
 
-def worker_cuda_available(col: Mapping, cuda_available: bool) -> bool:
+def worker_cuda_available(col: RayCollectorConfig, cuda_available: bool) -> bool:
     """Whether a worker actor may infer on a GPU: only one it reserved (gpus_per_worker > 0),
     so `auto` never lands several unreserved workers on a GPU."""
-    return float(col.get("gpus_per_worker", 0) or 0) > 0 and bool(cuda_available)
+    return col.gpus_per_worker > 0 and bool(cuda_available)
 
 
-def worker_options(col: Mapping) -> dict[str, Any]:
+def worker_options(col: RayCollectorConfig) -> dict[str, Any]:
     """Ray resources of one RolloutWorkerWrapper actor."""
-    return {
-        "num_cpus": int(col.get("cpus_per_worker", 1)),
-        "num_gpus": float(col.get("gpus_per_worker", 0) or 0),
-    }
+    return {"num_cpus": col.cpus_per_worker, "num_gpus": float(col.gpus_per_worker)}
 
 
-def validate_ray_collector(col: Mapping) -> None:
+def validate_ray_collector(col: RayCollectorConfig) -> None:
     """What the machine must offer collector=ray (the keys are RayCollectorConfig's): Ray
     installed, a cluster that answers at the address, and for a local start the GPUs the
     workers reserve (else Ray would wait forever to place them)."""
@@ -147,16 +143,16 @@ def validate_ray_collector(col: Mapping) -> None:
         "collector",
         "collector=ray needs Ray, an optional feature: pip install 'trackmind[ray]'",
     )
-    kind, host, port = parse_address(col.get("address"))
-    if kind == "local" and col.get("num_cpus") is None:  # Ray starts a process per CPU asked
+    kind, host, port = parse_address(col.address)
+    if kind == "local" and col.num_cpus is None:  # Ray starts a process per CPU asked
         problem = fleet_problem(col, os.cpu_count() or 1, "this machine")
         require(problem is None, "collector.processes", str(problem))
-    gpus = float(col.get("gpus_per_worker", 0) or 0)
+    gpus = float(col.gpus_per_worker)
     if kind == "local" and gpus > 0:
         import torch
 
         have = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        n = int(col["processes"])
+        n = col.processes
         # Ray places a share < 1 within one GPU: floor(1 / share) workers per GPU
         fits = n <= have * math.floor(1 / gpus + 1e-9) if gpus < 1 else n * gpus <= have
         require(
@@ -165,10 +161,10 @@ def validate_ray_collector(col: Mapping) -> None:
             f"{n} workers of {gpus:g} GPU each do not fit the {have} GPU(s) of this machine",
         )
     if kind == "node":
-        why = probe(host, port, float(col["connect_timeout_s"]))
+        why = probe(host, port, float(col.connect_timeout_s))
         if why is not None:
             raise ConfigError(
                 "collector.address",
-                f"cannot reach a Ray cluster at {col['address']} ({why}); is its head "
+                f"cannot reach a Ray cluster at {col.address} ({why}); is its head "
                 "running, and is this machine on its network?",
             )

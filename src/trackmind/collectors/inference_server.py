@@ -30,14 +30,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from trackmind.env.observations import FLOATS
-from trackmind.training.shared import (
+from trackmind.collectors.shared_handles import (
     CollectorLink,
     pull_weights,
     put_message,
     release_link,
     should_stop,
 )
+from trackmind.collectors.spec import CollectorSpec
+from trackmind.env.observations import FLOATS
 
 log = logging.getLogger(__name__)
 WAIT_S = 0.5  # how often a waiting side looks at the stop flag
@@ -118,7 +119,7 @@ class RemoteQ:
 
 
 def server_process_fn(
-    cfg: dict, link: ServerLink, shared: CollectorLink, device: str, seed: int
+    spec: CollectorSpec, link: ServerLink, shared: CollectorLink, device: str, seed: int
 ) -> None:
     """Entry point of the server process (spawned): answers until the stop flag or the
     learner's death; an error goes to the learner's log as the collectors' would."""
@@ -127,7 +128,9 @@ def server_process_fn(
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent = os.getppid()
     try:
-        InferenceServer(cfg, link, shared, device, seed).serve(partial(should_stop, shared, parent))
+        InferenceServer(spec, link, shared, device, seed).serve(
+            partial(should_stop, shared, parent)
+        )
     except Exception:
         put_message(shared, CollectorError(-1, traceback.format_exc()), parent)
         raise
@@ -140,24 +143,23 @@ class InferenceServer:
     cars race greedily (all collectors' cars, in the link's row order)."""
 
     def __init__(
-        self, cfg: dict, link: ServerLink, shared: CollectorLink, device: str, seed: int
+        self, spec: CollectorSpec, link: ServerLink, shared: CollectorLink, device: str, seed: int
     ) -> None:
         from trackmind.agent.acting import FrozenGreedy
         from trackmind.agent.inference import make_inference_network
 
-        torch.set_num_threads(int(cfg["collector"].get("torch_threads", 1)))
+        torch.set_num_threads(spec.collector.torch_threads)
         self.link, self.shared = link, shared
         self.device = torch.device(device)
         net = copy.deepcopy(shared.network).to(self.device)
         self.version = pull_weights(shared, net, -1)
-        self.live = make_inference_network(net, cfg["network"].get("compile", "none"))
+        self.live = make_inference_network(net, spec.network.compile)
         n_cars = len(link.greedy)
-        self.k = int(cfg["network"]["n_quantiles_inference"])
-        cvar = float(cfg["network"].get("greedy_cvar", 1.0))
-        self.frozen = FrozenGreedy(self.live, self.k, n_cars, cvar)
+        self.k = spec.network.n_quantiles_inference
+        self.frozen = FrozenGreedy(self.live, self.k, n_cars, spec.network.greedy_cvar)
         self.gen = torch.Generator(device=self.device).manual_seed(int(seed))
         self.greedy = np.zeros(n_cars, bool)
-        self.precision = str(cfg["collector"].get("precision", "fp32"))
+        self.precision = spec.collector.precision
         self.batches = 0
 
     def serve(self, should_stop) -> None:

@@ -17,8 +17,7 @@ from typing import Any
 
 import ray
 
-from trackmind.distributed.config import worker_options
-from trackmind.distributed.wrapper import RolloutWorkerWrapper
+from trackmind.collectors.fleet.wrapper import RolloutWorkerWrapper
 
 log = logging.getLogger(__name__)
 WATCH_EVERY_S = 0.5  # a dead wrapper is noticed within this long
@@ -44,7 +43,8 @@ class RolloutManager:
 
     def __init__(
         self,
-        cfg: dict,
+        spec_box: list,
+        options: dict[str, Any],
         n_workers: int,
         seed: int,
         interface: Any,
@@ -52,11 +52,12 @@ class RolloutManager:
         max_restarts: int,
         restarts_before: int = 0,
     ) -> None:
-        self.cfg, self.n, self.seed = cfg, int(n_workers), int(seed)
+        # [ObjectRef of the CollectorSpec]: boxed, so this process never unpickles it
+        self.spec_box, self.n, self.seed = spec_box, int(n_workers), int(seed)
         self.restarts_before = int(restarts_before)  # by an earlier manager: new seeds
         self.interface, self.statistics = interface, statistics
         self.max_restarts = int(max_restarts)
-        self.options = worker_options(cfg["collector"])  # num_cpus, num_gpus of each wrapper
+        self.options = options  # num_cpus, num_gpus of each wrapper (worker_options)
         self.workers: list[Any] = [None] * self.n
         self.runs: list[Any] = [None] * self.n
         self.pid_refs: list[Any] = [None] * self.n
@@ -78,7 +79,7 @@ class RolloutManager:
     def _spawn(self, i: int) -> None:
         seed = self.seed * 1000 + i * 17 + self.restarts_before + self.restarts  # as local
         w = RolloutWorkerWrapper.options(**self.options).remote(
-            self.cfg, i, seed, self.n, self.interface, self.statistics, self.latest
+            self.spec_box[0], i, seed, self.n, self.interface, self.statistics, self.latest
         )
         self.workers[i], self.runs[i] = w, w.run.remote()
         self.pid_refs[i], self.pids[i] = w.pid.remote(), None

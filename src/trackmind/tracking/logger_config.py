@@ -1,0 +1,43 @@
+"""The logger group's schema (conf/logger): where a run's metrics and record go."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trackmind.errors import require
+
+
+@dataclass
+class LoggerConfig:
+    """Where metrics go (conf/logger): MLflow, CSV files or nowhere."""
+
+    backend: str = "mlflow"
+    tracking_uri: str | None = None
+    experiment_name: str = "trackmind"
+    artifact_location: str | None = None  # default: <sqlite db dir>/mlartifacts
+    log_every_s: float = 10.0
+    system_metrics_every_s: float = 10.0  # 0: off
+    media_every_s: float = 120.0  # draw new best greedy races (plot + GIF) at most this often
+
+    def __post_init__(self) -> None:
+        require(
+            self.backend in ("mlflow", "csv", "none"),
+            "logger.backend",
+            f"must be mlflow, csv or none, got {self.backend!r}",
+        )
+        require(
+            self.backend != "mlflow" or bool(self.tracking_uri),
+            "logger.tracking_uri",
+            "MLflow needs a tracking URI (sqlite:///outputs/mlflow.db or http://127.0.0.1:5000)",
+        )
+        require(
+            self.media_every_s > 0,
+            "logger.media_every_s",
+            f"must be > 0, got {self.media_every_s}",
+        )
+        require(self.log_every_s > 0, "logger.log_every_s", f"must be > 0, got {self.log_every_s}")
+        require(
+            self.system_metrics_every_s >= 0,
+            "logger.system_metrics_every_s",
+            f"must be >= 0, got {self.system_metrics_every_s}",
+        )
