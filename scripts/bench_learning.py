@@ -59,6 +59,8 @@ TARGETS = {"first_finish_min": 5.0, "finish_rate": 0.90, "median_ratio": 1.15}
 CYCLE_FINISH_RATE = 0.80  # a map's target inside a cycle of maps (60 minutes for the six)
 START_SHARE = 0.05  # a greedy race that ended within the first 5% of the map stalled at the start
 CURVE_WINDOWS = 10  # the learning curve's windows: tenths of the budget
+NEAR_RATIO = 1.05  # "regular, near the reference": the second milestone Linesight reports
+THROUGHPUT = ("throughput/samples_per_s", "throughput/transitions_per_s")
 
 
 def window_s(minutes: float) -> float:
@@ -66,14 +68,29 @@ def window_s(minutes: float) -> float:
     return 60.0 * min(10.0, minutes / 3.0)
 
 
+def actions_until(history: list[dict], reference_ms: float, ratio: float | None) -> int | None:
+    """Actions collected (all cars, the `frames` counter) when the first greedy race
+    finished, within `ratio` x the reference if given; None if none did (or rows saved
+    before races recorded the counter)."""
+    ok = [
+        h["frames"]
+        for h in history
+        if h["time_ms"] is not None
+        and h.get("frames") is not None
+        and (ratio is None or h["time_ms"] <= ratio * reference_ms)
+    ]
+    return min(ok) if ok else None
+
+
 def summarise(history: list[dict], reference_ms: float, minutes: float, end_s: float) -> dict:
-    """One map's figures from its greedy races ({wall_s, time_ms or None} each).
+    """One map's figures from its greedy races ({wall_s, time_ms or None, frames} each).
 
     `end_s`: when the run ended (seconds, the clock of wall_s); the closing window is
     window_s(minutes) long and ends there.
     """
     finished = [h for h in history if h["time_ms"] is not None]
     first = min((h["wall_s"] for h in finished), default=None)
+    near = [h["wall_s"] for h in finished if h["time_ms"] <= NEAR_RATIO * reference_ms]
     start = end_s - window_s(minutes)
     late = [h for h in history if h["wall_s"] >= start]
     late_done = [h["time_ms"] / reference_ms for h in late if h["time_ms"] is not None]
@@ -85,6 +102,9 @@ def summarise(history: list[dict], reference_ms: float, minutes: float, end_s: f
     return {
         "greedy_races": len(history),
         "first_finish_min": None if first is None else first / 60.0,
+        "first_finish_actions": actions_until(history, reference_ms, None),
+        "near_min": min(near) / 60.0 if near else None,  # first finish within NEAR_RATIO
+        "near_actions": actions_until(history, reference_ms, NEAR_RATIO),
         "late_races": len(late),
         "finish_rate": len(late_done) / len(late) if late else 0.0,
         "median_ratio": statistics.median(late_done) if late_done else None,
@@ -225,6 +245,15 @@ def greedy_history(run_id: str, tracking_uri: str) -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
         path = _client(tracking_uri).download_artifacts(run_id, "summary.json", tmp)
         return json.loads(Path(path).read_text())["greedy_races"]
+
+
+def throughput(run_id: str, tracking_uri: str) -> dict[str, float | None]:
+    """Median samples/s (learner) and transitions/s (collectors) of a run, from MLflow."""
+    out: dict[str, float | None] = {}
+    for key in THROUGHPUT:
+        values = [m.value for m in _client(tracking_uri).get_metric_history(run_id, key)]
+        out[key.split("/")[1]] = statistics.median(values) if values else None
+    return out
 
 
 def add_missing_curves(saved: dict[str, list[dict]], tracking_uri: str) -> bool:
@@ -415,6 +444,7 @@ def main(argv: list[str] | None = None) -> int:
         run_id, history = read_run(out_dir, args.tracking_uri)
         rows = []
         end_s = max((h["wall_s"] for h in history), default=0.0)
+        speed = throughput(run_id, args.tracking_uri)
         for name in maps_of(option):
             ref = reference_time_ms(load_map(name))
             mine = [h for h in history if h["map"] == name]
@@ -427,6 +457,7 @@ def main(argv: list[str] | None = None) -> int:
                 run_id=run_id,
                 date=date.today().isoformat(),
                 machine=machine(),
+                **speed,
             )
             rows.append(row)
         saved[key] = rows

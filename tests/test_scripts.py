@@ -109,18 +109,19 @@ def test_bench_learning_rows_by_hand():
     """bench_learning.summarise: first finish, closing-window finish rate and median ratio."""
     bench = load_script("bench_learning")
     history = [
-        {"wall_s": 60.0, "time_ms": None},
-        {"wall_s": 150.0, "time_ms": 30_000.0},  # first finish at 2.5 min
-        {"wall_s": 700.0, "time_ms": 22_000.0},  # the closing window: 600..1200 s
-        {"wall_s": 900.0, "time_ms": None, "progress": 0.6},
-        {"wall_s": 1000.0, "time_ms": 24_000.0},
-        {"wall_s": 1190.0, "time_ms": 23_000.0},
+        {"wall_s": 60.0, "time_ms": None, "frames": 9_000},
+        {"wall_s": 150.0, "time_ms": 30_000.0, "frames": 20_000},  # first finish at 2.5 min
+        {"wall_s": 700.0, "time_ms": 22_000.0, "frames": 90_000},  # closing window: 600..1200 s
+        {"wall_s": 900.0, "time_ms": None, "progress": 0.6, "frames": 120_000},
+        {"wall_s": 1000.0, "time_ms": 24_000.0, "frames": 130_000},
+        {"wall_s": 1190.0, "time_ms": 20_900.0, "frames": 150_000},  # 1.045x: within 1.05
     ]
     row = bench.summarise(history, reference_ms=20_000.0, minutes=30, end_s=1200.0)
-    assert row["first_finish_min"] == 2.5
+    assert row["first_finish_min"] == 2.5 and row["first_finish_actions"] == 20_000
+    assert row["near_actions"] == 150_000 and row["near_min"] == pytest.approx(1190 / 60)
     assert row["late_races"] == 4 and row["finish_rate"] == 0.75
-    assert row["median_ratio"] == 1.15  # median of 1.10, 1.20, 1.15
-    assert row["best_ratio"] == 1.1
+    assert row["median_ratio"] == pytest.approx(1.1)  # median of 1.10, 1.20, 1.045
+    assert row["best_ratio"] == pytest.approx(1.045)
     assert row["lost_median_progress"] == 0.6 and row["lost_at_start"] == 0.0
     late_stalls = [*history, {"wall_s": 1195.0, "time_ms": None, "progress": 0.01}]
     stalled = bench.summarise(late_stalls, 20_000.0, 30, 1200.0)  # 2 of 5 late races lost
@@ -135,7 +136,7 @@ def test_bench_learning_rows_by_hand():
     row.update(map="hairpins", option="hairpins", minutes=30, run_id="0123456789", overrides="")
     line = bench.table([row]).splitlines()[2]
     want = (
-        "| hairpins | 30 min | 2.5 min | 75% of 4 | 1.150 | 60% of the map, 0% of races | 1.100 |"
+        "| hairpins | 30 min | 2.5 min | 75% of 4 | 1.100 | 60% of the map, 0% of races | 1.045 |"
     )
     assert line.startswith(want)
     # a map raced in a cycle meets its target at 80% finished
@@ -143,7 +144,7 @@ def test_bench_learning_rows_by_hand():
     assert not bench.meets({**row, "option": "builtin_cycle", "finish_rate": 0.79})
 
     old = {k: v for k, v in row.items() if not k.startswith("lost_")}  # a row measured before
-    assert "| 1.150 | - | 1.100 | 6 | no |" in bench.table([old]).splitlines()[2]
+    assert "| 1.100 | - | 1.045 | 6 | no |" in bench.table([old]).splitlines()[2]
     tuned = bench.table([{**row, "overrides": "buffer.lost_ends=[stuck]"}]).splitlines()[2]
     assert tuned.startswith("| hairpins `buffer.lost_ends=[stuck]` | 30 min |")
 
@@ -252,3 +253,17 @@ def test_map_stats_figures_by_hand():
     assert stats.largest_braking(np.array([1.0, 2.0, 3.0])) == 0.0
     flags = np.array([True, True, False, True, True, True])
     assert stats.longest_run(flags, np.array([1.0, 2.0, 5.0, 1.0, 1.0, 0.5])) == 3.0
+
+
+def test_make_circuit_writes_the_shipped_grandprix_line_again(tmp_path, capsys):
+    """maps/grandprix_long.csv is what its command in conf/map/grandprix_long.yaml writes:
+    an open line of 5.5 km with a reference of at least 90 s."""
+    out = tmp_path / "long.csv"
+    args = ["--grandprix", "--seed", "202", "--length", "5000", "--out", str(out)]
+    assert load_script("make_circuit").main(args) == 0
+    assert "open line, 5523 m" in capsys.readouterr().out
+    assert out.read_text() == (ROOT / "maps" / "grandprix_long.csv").read_text()
+    from trackmind.sim.mapio import load_map
+    from trackmind.sim.reference import reference_time_ms
+
+    assert reference_time_ms(load_map(str(out))) >= 90_000

@@ -51,11 +51,11 @@ class CollectorConfig:
     queue_size: int = MISSING
     torch_threads: int = MISSING
     max_restarts: int = MISSING
-    device: str = "auto"  # inference: auto (cuda when there is a GPU) | cpu | cuda
+    device: str = MISSING  # inference: auto (cuda when there is a GPU) | cpu | cuda
     # process: each collector runs its own network; server: one process runs every
     # collector's cars in one batch (collectors/inference_server.py)
-    inference: str = "process"
-    precision: str = "fp32"  # inference arithmetic: fp32 | bf16 (autocast, collectors on a GPU)
+    inference: str = MISSING
+    precision: str = MISSING  # inference arithmetic: fp32 | bf16 (autocast, on a GPU)
 
     def __post_init__(self) -> None:
         from trackmind.agent.device import check_device_name

@@ -76,7 +76,8 @@ def resumed_config(composed: dict, overrides: list[str]):
 
     top = check_schema(composed, TrainConfig, "")
     logger = check_schema(top.logger, LoggerConfig, "logger")  # its store holds the run
-    path = find_checkpoint(str(top.resume), logger.tracking_uri)
+    uri = logger.tracking_uri if logger.backend == "mlflow" else None
+    path = find_checkpoint(str(top.resume), uri)
     saved = read_checkpoint(path)["trackmind"]["config"]
     return path, {**merge_resume_config(saved, composed, overrides), "resume": str(path)}
 

@@ -4,20 +4,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from omegaconf import MISSING
+
 from trackmind.errors import require
 
 
 @dataclass
 class LoggerConfig:
-    """Where metrics go (conf/logger): MLflow, CSV files or nowhere."""
+    """Where metrics go (conf/logger): MLflow, CSV files or nowhere. The defaults are
+    conf/logger/mlflow.yaml's, which the other options extend."""
 
-    backend: str = "mlflow"
-    tracking_uri: str | None = None
-    experiment_name: str = "trackmind"
-    artifact_location: str | None = None  # default: <sqlite db dir>/mlartifacts
-    log_every_s: float = 10.0
-    system_metrics_every_s: float = 10.0  # 0: off
-    media_every_s: float = 120.0  # draw new best greedy races (plot + GIF) at most this often
+    backend: str = MISSING
+    tracking_uri: str | None = MISSING
+    experiment_name: str = MISSING
+    artifact_location: str | None = MISSING  # null: <sqlite db dir>/mlartifacts
+    log_every_s: float = MISSING
+    system_metrics_every_s: float = MISSING  # 0: off
+    media_every_s: float = MISSING  # draw new best greedy races (plot + GIF) at most this often
 
     def __post_init__(self) -> None:
         require(

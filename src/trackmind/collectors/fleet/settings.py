@@ -58,13 +58,13 @@ class RayCollectorConfig(CollectorConfig):
 
     envs_per_worker: int = MISSING
     max_staleness: int = MISSING
-    address: Any = None  # null (start Ray here), auto, or a cluster's host:port
+    address: Any = MISSING  # null (start Ray here), auto, or a cluster's host:port
     connect_timeout_s: float = MISSING
-    num_cpus: Any = None  # null or an integer
+    num_cpus: Any = MISSING  # null or an integer
     cpus_per_worker: int = MISSING
     # GPU share each worker actor reserves (Ray's num_gpus): 0 keeps workers off GPUs (device
     # auto then means cpu); device cuda needs > 0, e.g. 0.25 for four workers per GPU
-    gpus_per_worker: float = 0.0
+    gpus_per_worker: float = MISSING
     object_store_mb: int = MISSING
 
     def __post_init__(self) -> None:
