@@ -180,6 +180,13 @@ def test_killed_collector_is_restarted_and_buffer_kept(tmp_path):
     assert "collector 0 died" in out + err  # logged
 
 
+def _ctrl_c_reaches_it() -> None:
+    """The run's own Ctrl-C handling, however the suite was started: a shell that starts a
+    job in the background (`cmd &`) starts it with SIGINT ignored, and Python then never
+    installs its KeyboardInterrupt handler."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_leaves_no_child_process(tmp_path):
     proc = subprocess.Popen(
         _args(tmp_path, "trainer.max_steps=-1", "trainer.max_time_s=120", "collector.processes=2"),
@@ -187,6 +194,7 @@ def test_ctrl_c_leaves_no_child_process(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
         env=_env(),
+        preexec_fn=_ctrl_c_reaches_it,
     )
     try:
         _wait_for_collector(proc)
@@ -217,6 +225,7 @@ def test_stop_signal_keeps_what_was_learned_and_resume_continues(tmp_path, sig, 
         stderr=subprocess.PIPE,
         text=True,
         env=_env(),
+        preexec_fn=_ctrl_c_reaches_it,
     )
     try:
         _wait_for_collector(proc)  # about 10 s after the start
