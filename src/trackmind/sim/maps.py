@@ -183,7 +183,7 @@ def procedural_map(seed: int, length_m: float = 1500.0) -> Track:
     contact that the full validation finds: such a draw is discarded and the next attempt of
     the same seed is used, so every seed gives a valid map. Same seed, same map.
     """
-    return _generated_map("procedural", seed, length_m)
+    return _generated_map("procedural", seed, length_m, 7.0, 11.0, _procedural_pieces)
 
 
 def grandprix_map(seed: int, length_m: float = 2500.0) -> Track:
@@ -196,7 +196,7 @@ def grandprix_map(seed: int, length_m: float = 2500.0) -> Track:
     4.5-9 m, straights of 300-1200 m that end in a braking corner or chicane, and the
     procedural map's arcs and short straights in between. Same seed, same map.
     """
-    return _generated_map("grandprix", seed, length_m)
+    return _generated_map("grandprix", seed, length_m, 4.5, 9.0, _grandprix_pieces)
 
 
 # Generated map families: spec prefix -> generator (seed -> Track).
@@ -209,15 +209,19 @@ def generated_family(spec: str) -> str | None:
     return family if sep and family in GENERATED_FAMILIES else None
 
 
-def _generated_map(family: str, seed: int, length_m: float) -> Track:
+def _generated_map(
+    family: str, seed: int, length_m: float, narrowest: float, widest: float, next_pieces
+) -> Track:
+    """A valid map of a family: a half-width drawn in [narrowest, widest], then pieces drawn
+    by `next_pieces(rng, width)`; a draw the full validation refuses is drawn again."""
     if seed < 0:
         raise MapError(f"{family} map seed must be >= 0, got {seed}")
     name = f"{family}:{seed}"
-    draw = _draw_recipe if family == "procedural" else _draw_grandprix
     for attempt in range(100):
         rng = np.random.default_rng([seed, attempt])
         try:
-            width, pieces, total = draw(rng, length_m)
+            width = float(rng.uniform(narrowest, widest))
+            pieces, total = _draw_pieces(rng, length_m, width, next_pieces)
             return Track.build(
                 name,
                 line_from_recipe(pieces),
@@ -235,31 +239,19 @@ def _generated_map(family: str, seed: int, length_m: float) -> Track:
 _MAX_DRAWS = 500  # candidate pieces per draw before it counts as boxed in
 
 
-def _draw_recipe(rng: np.random.Generator, length_m: float) -> tuple[float, Recipe, float]:
-    """Width, pieces and race length of one procedural draw (pre-checked, not validated)."""
-    width = float(rng.uniform(7.0, 11.0))
-    first = ("S", float(rng.uniform(60, 120)))
-    return _draw_pieces(rng, length_m, width, [first], lambda r: [_random_piece(r, width)])
-
-
-def _draw_grandprix(rng: np.random.Generator, length_m: float) -> tuple[float, Recipe, float]:
-    """Width, pieces and race length of one grand-prix draw (pre-checked, not validated)."""
-    width = float(rng.uniform(4.5, 9.0))
-    first = ("S", float(rng.uniform(60, 120)))
-    return _draw_pieces(rng, length_m, width, [first], lambda r: _grandprix_pieces(r, width))
-
-
 def _draw_pieces(
-    rng: np.random.Generator, length_m: float, width: float, pieces: Recipe, next_pieces
-) -> tuple[float, Recipe, float]:
-    """Pieces drawn by `next_pieces(rng)` until `length_m`, backtracking when boxed in."""
-    total = sum(_piece_length(p) for p in pieces)
-    sizes = [len(pieces)]  # pieces added per accepted draw, to backtrack a whole group
+    rng: np.random.Generator, length_m: float, width: float, next_pieces
+) -> tuple[Recipe, float]:
+    """Pieces and race length of one draw (pre-checked, not yet validated): a first
+    straight, then `next_pieces(rng, width)` until `length_m`, backtracking when boxed in."""
+    pieces: Recipe = [("S", float(rng.uniform(60, 120)))]
+    total = pieces[0][1]
+    sizes = [1]  # pieces added per accepted draw, to backtrack a whole group
     fails = 0
     for _ in range(_MAX_DRAWS):
         if total >= length_m:
             break
-        cand = next_pieces(rng)
+        cand = next_pieces(rng, width)
         trial = pieces + cand
         if _recipe_ok(trial, width):
             pieces = trial
@@ -277,18 +269,19 @@ def _draw_pieces(
     pieces.append(("S", 60.0))
     if not _recipe_ok(pieces, width):  # the closing straight can touch: shorten it
         pieces[-1] = ("S", 30.0)
-    return width, pieces, total
+    return pieces, total
 
 
-def _random_piece(rng: np.random.Generator, width: float) -> tuple:
+def _procedural_pieces(rng: np.random.Generator, width: float) -> Recipe:
+    """One draw of a procedural map: a straight or an arc."""
     if rng.random() < 0.35:
-        return ("S", float(rng.uniform(30, 180)))
+        return [("S", float(rng.uniform(30, 180)))]
     radius = float(
         rng.choice([1.0, 1.6, 2.5, 5.0, 10.0, 20.0]) * (width + 8.0) * rng.uniform(1, 1.5)
     )
     max_angle = 180.0 if radius < 40 else 90.0
     angle = float(rng.uniform(30.0, max_angle))
-    return ("L" if rng.random() < 0.5 else "R", radius, angle)
+    return [(_side(rng), radius, angle)]
 
 
 def _grandprix_pieces(rng: np.random.Generator, width: float) -> Recipe:
