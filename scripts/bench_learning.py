@@ -99,6 +99,8 @@ def summarise(history: list[dict], reference_ms: float, minutes: float, end_s: f
     # start (rows measured before races recorded their progress have no such figures)
     lost = [h.get("progress") for h in late if h["time_ms"] is None]
     lost = [p for p in lost if p is not None]
+    covered = [1.0 if h["time_ms"] is not None else h.get("progress") for h in late]
+    covered = [p for p in covered if p is not None]
     return {
         "greedy_races": len(history),
         "first_finish_min": None if first is None else first / 60.0,
@@ -111,6 +113,9 @@ def summarise(history: list[dict], reference_ms: float, minutes: float, end_s: f
         "best_ratio": None if best is None else best / reference_ms,
         "lost_median_progress": statistics.median(lost) if lost else None,
         "lost_at_start": sum(p < START_SHARE for p in lost) / len(late) if lost else None,
+        # the mean share of the map the late greedy races covered (a finish covers all of it):
+        # a graded figure for short screening runs, where few races finish yet
+        "late_progress": statistics.fmean(covered) if covered else None,
         "curve": finish_curve(history, minutes),
     }
 

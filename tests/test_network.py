@@ -97,6 +97,7 @@ def test_odd_or_empty_tau_count_is_refused(n):
         ({"greedy_cvar": 0}, FLOATS, (48, 64), "greedy_cvar", "(0, 1]"),
         ({"greedy_cvar": 1.5}, FLOATS, (48, 64), "greedy_cvar", "(0, 1]"),
         ({"image_shape": [48, 64]}, FLOATS, (48, 64), "image_shape", "[C, H, W]"),
+        ({"layer_norm": "sometimes"}, FLOATS, (48, 64), "layer_norm", "not a valid bool"),
     ],
 )
 def test_bad_config_names_the_key(change, float_dim, frame_shape, key, fragment):
@@ -105,6 +106,26 @@ def test_bad_config_names_the_key(change, float_dim, frame_shape, key, fragment)
         build_network(cfg, float_dim, frame_shape)
     assert e.value.key == f"network.{key}"
     assert fragment in str(e.value)
+
+
+def test_layer_norm_sits_before_every_dense_activation_and_scripts():
+    """network.layer_norm: a LayerNorm after each hidden Linear of the dense parts (float head,
+    tau embedding, both dueling heads), none in the conv stack; the network still scripts."""
+    net = build_network({**preset("iqn_cpu"), "layer_norm": True}, FLOATS, (48, 64))
+    norms = [m for m in net.modules() if isinstance(m, torch.nn.LayerNorm)]
+    assert [n.normalized_shape for n in norms] == [(128,), (128,), (256,), (64,), (64,)]
+    assert not any(isinstance(m, torch.nn.LayerNorm) for m in net.image_head)
+    img, floats = inputs(net, 3)
+    taus = stratified_symmetric_taus(3, 8)
+    z = net(img, floats, taus)
+    torch.testing.assert_close(torch.jit.script(net)(img, floats, taus), z)
+    # what LayerNorm buys: the features no longer scale with the layer before them
+    with torch.no_grad():
+        net.float_head[0].weight.mul_(7.0)
+        net.float_head[0].bias.mul_(7.0)
+    torch.testing.assert_close(net(img, floats, taus), z, atol=1e-5, rtol=1e-4)
+    plain = build_network(preset("iqn_cpu"), FLOATS, (48, 64))
+    assert not any(isinstance(m, torch.nn.LayerNorm) for m in plain.modules())
 
 
 def test_config_defaults_and_env_float_dim():

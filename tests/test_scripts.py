@@ -123,10 +123,12 @@ def test_bench_learning_rows_by_hand():
     assert row["median_ratio"] == pytest.approx(1.1)  # median of 1.10, 1.20, 1.045
     assert row["best_ratio"] == pytest.approx(1.045)
     assert row["lost_median_progress"] == 0.6 and row["lost_at_start"] == 0.0
+    assert row["late_progress"] == pytest.approx((1 + 0.6 + 1 + 1) / 4)  # a finish covers 1
     late_stalls = [*history, {"wall_s": 1195.0, "time_ms": None, "progress": 0.01}]
     stalled = bench.summarise(late_stalls, 20_000.0, 30, 1200.0)  # 2 of 5 late races lost
     assert stalled["lost_median_progress"] == pytest.approx(0.305)  # median of 0.6, 0.01
     assert stalled["lost_at_start"] == 0.2  # 1 of the 5 late races never left the start
+    assert stalled["late_progress"] == pytest.approx((3.6 + 0.01) / 5)
     assert not bench.meets(row)  # 75% < 90%
     assert bench.meets({**row, "finish_rate": 0.9})
     assert bench.window_s(6) == 120.0  # a short budget reads its last third

@@ -67,10 +67,16 @@ def conv_output_shape(
     return c, h, w
 
 
-def _mlp(sizes: Sequence[int]) -> nn.Sequential:
+def _hidden(a: int, b: int, layer_norm: bool) -> list[nn.Module]:
+    """Linear -> [LayerNorm] -> leaky ReLU: one hidden layer of the dense parts."""
+    norm: list[nn.Module] = [nn.LayerNorm(b)] if layer_norm else []
+    return [nn.Linear(a, b), *norm, nn.LeakyReLU(LEAK)]
+
+
+def _mlp(sizes: Sequence[int], layer_norm: bool = False) -> nn.Sequential:
     layers: list[nn.Module] = []
     for a, b in zip(sizes[:-1], sizes[1:]):
-        layers += [nn.Linear(a, b), nn.LeakyReLU(LEAK)]
+        layers += _hidden(a, b, layer_norm)
     return nn.Sequential(*layers)
 
 
@@ -79,6 +85,11 @@ class IQNNetwork(nn.Module):
 
     forward(img, floats, taus) -> (B, N, A); img is (B, C, H, W) uint8 (None when the
     network has no image head), floats (B, F) raw, taus (B, N) in [0, 1].
+
+    ``layer_norm`` puts a LayerNorm before every hidden activation of the dense parts (float
+    head, tau embedding, dueling heads): it bounds the features a value is read from, which
+    keeps Q from extrapolating far on states the buffer rarely holds (Ball et al. 2023; Lyle
+    et al. 2023). The conv stack is left as it is.
     """
 
     def __init__(
@@ -94,8 +105,10 @@ class IQNNetwork(nn.Module):
         n_actions: int = 12,
         float_mean: torch.Tensor | None = None,
         float_std: torch.Tensor | None = None,
+        layer_norm: bool = False,
     ) -> None:
         super().__init__()
+        self.layer_norm = layer_norm
         self.has_image = image_shape is not None
         self.image_shape = tuple(image_shape) if image_shape is not None else None
         self.float_dim = float_dim
@@ -115,21 +128,17 @@ class IQNNetwork(nn.Module):
             image_features = c * h * w
             conv.append(nn.Flatten())
         self.image_head = nn.Sequential(*conv)
-        self.float_head = _mlp([float_dim, *float_hidden])
+        self.float_head = _mlp([float_dim, *float_hidden], layer_norm)
         float_features = float_hidden[-1] if float_hidden else float_dim
         self.feature_dim = image_features + float_features
 
-        self.tau_embedding = nn.Sequential(
-            nn.Linear(embedding_dim, self.feature_dim), nn.LeakyReLU(LEAK)
-        )
+        self.tau_embedding = nn.Sequential(*_hidden(embedding_dim, self.feature_dim, layer_norm))
         self.advantage = nn.Sequential(
-            nn.Linear(self.feature_dim, dense_hidden),
-            nn.LeakyReLU(LEAK),
+            *_hidden(self.feature_dim, dense_hidden, layer_norm),
             nn.Linear(dense_hidden, n_actions),
         )
         self.value = nn.Sequential(
-            nn.Linear(self.feature_dim, dense_hidden),
-            nn.LeakyReLU(LEAK),
+            *_hidden(self.feature_dim, dense_hidden, layer_norm),
             nn.Linear(dense_hidden, 1),
         )
         self.register_buffer("cos_freqs", torch.arange(1, embedding_dim + 1) * math.pi)

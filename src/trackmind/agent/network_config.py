@@ -34,6 +34,8 @@ class NetworkConfig:
     embedding_dim: int = 64
     dense_hidden: int = 512
     n_actions: int = 12
+    # a LayerNorm before every hidden activation of the dense layers (docs/learning.md)
+    layer_norm: bool = False
     n_quantiles_train: int = 8
     n_quantiles_target: int = 8  # random taus of the target's next-state quantiles
     n_quantiles_inference: int = 32
@@ -53,6 +55,11 @@ class NetworkConfig:
             n_train % 2 == 0,
             f"{PREFIX}.n_quantiles_train",
             f"must be even for stratified symmetric taus, got {n_train}",
+        )
+        require(
+            isinstance(self.layer_norm, bool),
+            f"{PREFIX}.layer_norm",
+            f"must be true or false, got {self.layer_norm!r}",
         )
         self.compile = self.compile if self.compile is not None else "none"
         require(
