@@ -9,10 +9,21 @@ The case (B=1, N=2 online taus, N'=2 target taus, A=2 actions):
                           i=1 (tau 0.6): [-1.5, -0.5] (< 0: weight |0.6 - 1| = 0.4)
 """
 
+from pathlib import Path
+
 import pytest
 import torch
 
-from trackmind.agent.loss import NonFiniteGuard, action_gap, iqn_loss, quantile_huber
+from trackmind.agent.loss import (
+    Munchausen,
+    NonFiniteGuard,
+    action_gap,
+    iqn_loss,
+    munchausen_target,
+    quantile_huber,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
 
 Q_ONLINE = [[[1.0, 5.0], [3.0, 0.0]]]
 TAUS = [[0.2, 0.6]]
@@ -146,3 +157,53 @@ def test_guard_skips_counts_and_resets_the_streak():
 def test_guard_needs_a_positive_limit():
     with pytest.raises(ValueError):
         NonFiniteGuard(0)
+
+
+def test_munchausen_target_by_hand():
+    """munchausen_target on the module's case with tau_m = 1 and alpha = 0.5.
+
+    s': target means [3, 0.5] -> log pi' = [3, 0.5] - logsumexp = [-0.07889, -2.57889],
+    pi' = [0.92414, 0.07586]; soft value per target quantile j = sum_b pi'_b (Z'_jb - log pi'_b):
+    j=0 (Z' = [2, 0]): 2.11682; j=1 (Z' = [4, 1]): 4.04097.
+    s: online means [2, 2.5], action 0 -> log pi(0|s) = -0.5 - log(1 + e^-0.5) = -0.97408
+    (inside the clip at -1) -> bonus 0.5 * -0.97408 = -0.48704.
+    target = 0.5 - 0.48704 + 0.5 * [2.11682, 4.04097] = [1.07137, 2.03345].
+    """
+    q, taus, actions, qn, rewards, discounts = case()
+    m = Munchausen(alpha=0.5, temperature=1.0, clip=-1.0)
+    target = munchausen_target(qn.detach(), q.detach().mean(dim=1), actions, rewards, discounts, m)
+    assert target.tolist()[0] == pytest.approx([1.07137, 2.03345], abs=1e-5)
+    # the loss against it, kappa 0: i=0 (Z=1, tau 0.2): 0.2 * [0.07137, 1.03345] -> mean 0.110482
+    # i=1 (Z=3, tau 0.6): 0.4 * [1.92863, 0.96655] -> mean 0.579036 -> sum 0.689518
+    _, per_sample = iqn_loss(q, taus, actions, qn, rewards, discounts, kappa=0.0, munchausen=m)
+    assert per_sample.tolist() == pytest.approx([0.689518], abs=1e-5)
+
+
+def test_munchausen_bonus_is_clipped_and_cold_limit_is_the_greedy_target():
+    q, taus, actions, qn, rewards, discounts = case()
+    q_state = torch.tensor([[0.0, 2.0]])  # log pi(0|s) = -log(1 + e^2) = -2.12693 -> clip -0.5
+    hot = munchausen_target(qn, q_state, actions, rewards, discounts, Munchausen(1.0, 1.0, -0.5))
+    no_bonus = munchausen_target(qn, q_state, actions, rewards, discounts, Munchausen(0.0, 1.0))
+    assert (hot - no_bonus).tolist()[0] == pytest.approx([-0.5, -0.5])
+    # tau_m -> 0: pi' is the argmax (action 0 of means [3, 0.5]) and the soft value its Z'
+    cold = munchausen_target(qn, q_state, actions, rewards, discounts, Munchausen(0.0, 1e-4))
+    assert cold.tolist()[0] == pytest.approx([1.5, 2.5], abs=1e-4)
+
+
+def test_munchausen_is_refused_with_double_dqn_or_advantage_learning():
+    m = Munchausen()
+    with pytest.raises(ValueError, match="exclude"):
+        iqn_loss(*case(), kappa=0.0, advantage_learning=0.5, munchausen=m)
+    with pytest.raises(ValueError, match="temperature"):
+        Munchausen(temperature=0.0)
+    from omegaconf import OmegaConf
+
+    from trackmind.errors import ConfigError
+    from trackmind.training.module import learner_config
+
+    cfg = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "learner" / "iqn.yaml"))
+    assert learner_config(cfg).munchausen() is None  # off by default
+    assert learner_config({**cfg, "munchausen_alpha": 0.9}).munchausen() == Munchausen()
+    with pytest.raises(ConfigError) as e:
+        learner_config({**cfg, "munchausen_alpha": 0.9, "double_dqn": True})
+    assert e.value.key == "learner.munchausen_alpha"

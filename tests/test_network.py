@@ -9,7 +9,12 @@ import torch
 from omegaconf import OmegaConf
 
 from trackmind.agent.inference import greedy_q, make_inference_network
-from trackmind.agent.network import IQNNetwork, random_taus, stratified_symmetric_taus
+from trackmind.agent.network import (
+    IQNNetwork,
+    SpectralLinear,
+    random_taus,
+    stratified_symmetric_taus,
+)
 from trackmind.agent.network_config import build_network, network_config
 from trackmind.errors import ConfigError
 
@@ -98,6 +103,7 @@ def test_odd_or_empty_tau_count_is_refused(n):
         ({"greedy_cvar": 1.5}, FLOATS, (48, 64), "greedy_cvar", "(0, 1]"),
         ({"image_shape": [48, 64]}, FLOATS, (48, 64), "image_shape", "[C, H, W]"),
         ({"layer_norm": "sometimes"}, FLOATS, (48, 64), "layer_norm", "not a valid bool"),
+        ({"spectral_norm": "yes!"}, FLOATS, (48, 64), "spectral_norm", "not a valid bool"),
     ],
 )
 def test_bad_config_names_the_key(change, float_dim, frame_shape, key, fragment):
@@ -126,6 +132,42 @@ def test_layer_norm_sits_before_every_dense_activation_and_scripts():
     torch.testing.assert_close(net(img, floats, taus), z, atol=1e-5, rtol=1e-4)
     plain = build_network(preset("iqn_cpu"), FLOATS, (48, 64))
     assert not any(isinstance(m, torch.nn.LayerNorm) for m in plain.modules())
+
+
+def test_spectral_linear_divides_by_the_largest_singular_value():
+    """SpectralLinear: power iteration in training converges to the top singular value of a
+    hand-made weight, the output is x (W / sigma)^T + b, and eval mode leaves u alone."""
+    torch.manual_seed(0)
+    layer = SpectralLinear(3, 2)
+    with torch.no_grad():
+        layer.weight.copy_(torch.tensor([[3.0, 0.0, 0.0], [0.0, 1.0, 0.0]]))  # sigma = 3
+        layer.bias.copy_(torch.tensor([0.5, -0.5]))
+    x = torch.tensor([[1.0, 2.0, 3.0]])
+    for _ in range(20):
+        y = layer(x)
+    torch.testing.assert_close(y, torch.tensor([[1.0 + 0.5, 2.0 / 3.0 - 0.5]]))
+    layer.eval()
+    u = layer.u.clone()
+    torch.testing.assert_close(layer(x), y)
+    assert torch.equal(layer.u, u)
+    # the gradient flows through sigma too: d/dW of sum(W x / sigma) is not x alone
+    layer.train()
+    layer(x).sum().backward()
+    assert layer.weight.grad is not None and not torch.allclose(
+        layer.weight.grad, torch.stack([x[0], x[0]]) / 3.0
+    )
+
+
+def test_spectral_norm_network_scripts_and_keeps_plain_keys():
+    net = build_network({**preset("iqn_cpu"), "spectral_norm": True}, FLOATS, (48, 64))
+    spectral = [n for n, m in net.named_modules() if isinstance(m, SpectralLinear)]
+    assert spectral == ["advantage.0", "value.0"]
+    keys = set(net.state_dict())
+    assert {"advantage.0.weight", "advantage.0.u", "value.0.u"} <= keys
+    img, floats = inputs(net, 3)
+    taus = stratified_symmetric_taus(3, 8)
+    net.eval()
+    torch.testing.assert_close(torch.jit.script(net)(img, floats, taus), net(img, floats, taus))
 
 
 def test_config_defaults_and_env_float_dim():

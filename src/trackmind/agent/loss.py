@@ -10,9 +10,17 @@ non-greedy action is lowered by alpha times its gap to the greedy one, T_AL Q(s,
 T Q(s, a) - alpha * (max_b Q(s, b) - Q(s, a)). The greedy policy and its values are the same
 fixed point; the gaps between actions grow about 1 / (1 - alpha) times, so that a 50 ms
 choice (brake now or next action) is not decided by estimation noise of the gap's size.
+
+Munchausen targets (Vieillard et al. 2020, M-IQN): the target adds alpha times the scaled log
+of the softmax policy of the taken action, alpha * clip(tau_m * log pi(a|s), clip, 0), and
+bootstraps the soft value sum_b pi(b|s') (Z(s', b) - tau_m * log pi(b|s')) instead of the
+greedy action's quantiles; pi = softmax(Q / tau_m). This is an implicit KL penalty between
+consecutive policies, and it also widens the action gaps, more gently than advantage learning.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
@@ -33,6 +41,46 @@ def action_gap(q_mean: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
     return q_mean.max(dim=1).values - taken
 
 
+@dataclass(frozen=True)
+class Munchausen:
+    """Munchausen settings: alpha (0: off), the softmax temperature tau_m and the lower clip
+    of the scaled log-policy bonus (the paper's 0.9, 0.03 and -1)."""
+
+    alpha: float = 0.9
+    temperature: float = 0.03
+    clip: float = -1.0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.alpha <= 1:
+            raise ValueError(f"munchausen alpha must be in [0, 1], got {self.alpha}")
+        if self.temperature <= 0:
+            raise ValueError(f"munchausen temperature must be > 0, got {self.temperature}")
+        if self.clip >= 0:
+            raise ValueError(f"munchausen clip must be < 0, got {self.clip}")
+
+
+def munchausen_target(
+    z_next: torch.Tensor,
+    q_state: torch.Tensor,
+    actions: torch.Tensor,
+    rewards: torch.Tensor,
+    discounts: torch.Tensor,
+    m: Munchausen,
+) -> torch.Tensor:
+    """Target quantiles (B, N') r + bonus + discount * soft value of s'.
+
+    z_next (B, N', A) target quantiles at s', whose means give pi(.|s'); q_state (B, A) the
+    values at s that give log pi(a|s) for the bonus. With n-step returns the bonus is paid
+    once, for the first action of the transition.
+    """
+    tau_m = m.temperature
+    log_pi_next = torch.log_softmax(z_next.mean(dim=1) / tau_m, dim=1)  # (B, A)
+    soft = (log_pi_next.exp().unsqueeze(1) * (z_next - tau_m * log_pi_next.unsqueeze(1))).sum(2)
+    log_pi = torch.log_softmax(q_state / tau_m, dim=1).gather(1, actions.view(-1, 1)).squeeze(1)
+    bonus = m.alpha * (tau_m * log_pi).clamp(min=m.clip, max=0.0)
+    return (rewards + bonus).unsqueeze(1) + discounts.unsqueeze(1) * soft
+
+
 def iqn_loss(
     q_online: torch.Tensor,
     taus: torch.Tensor,
@@ -44,6 +92,7 @@ def iqn_loss(
     weights: torch.Tensor | None = None,
     q_online_next: torch.Tensor | None = None,
     advantage_learning: float = 0.0,
+    munchausen: Munchausen | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean weighted quantile Huber loss and the per-sample losses (B,).
 
@@ -55,14 +104,25 @@ def iqn_loss(
     times the taken action's gap in the online quantiles' means at s (detached). Per sample:
     summed over online quantiles, averaged over target ones. ``weights`` (B,) are importance
     weights (prioritized replay); no gradient reaches the target. Per-sample losses come back
-    detached, ready to become priorities or logs.
+    detached, ready to become priorities or logs. ``munchausen`` (alpha > 0) replaces the
+    target by munchausen_target, its bonus read from the online quantiles' means at s
+    (detached, no extra forward); it excludes double DQN and advantage learning.
     """
     if kappa < 0:
         raise ValueError(f"kappa must be >= 0, got {kappa}")
     if not 0 <= advantage_learning < 1:
         raise ValueError(f"advantage_learning must be in [0, 1), got {advantage_learning}")
+    m = munchausen if munchausen is not None and munchausen.alpha > 0 else None
+    if m is not None and (q_online_next is not None or advantage_learning > 0):
+        raise ValueError("munchausen targets exclude double DQN and advantage learning")
     b, n, a = q_online.shape
     z = q_online.gather(2, actions.view(b, 1, 1).expand(b, n, 1)).squeeze(2)  # (B, N)
+    if m is not None:
+        with torch.no_grad():
+            target = munchausen_target(
+                q_target_next, q_online.detach().mean(dim=1), actions, rewards, discounts, m
+            )
+        return _quantile_loss(z, taus, target, kappa, weights)
     with torch.no_grad():
         chooser = q_target_next if q_online_next is None else q_online_next
         best = chooser.mean(dim=1).argmax(dim=1)  # (B,)
@@ -72,6 +132,18 @@ def iqn_loss(
         if advantage_learning > 0:
             gap = action_gap(q_online.detach().mean(dim=1), actions)
             target = target - advantage_learning * gap.view(b, 1)
+    return _quantile_loss(z, taus, target, kappa, weights)
+
+
+def _quantile_loss(
+    z: torch.Tensor,
+    taus: torch.Tensor,
+    target: torch.Tensor,
+    kappa: float,
+    weights: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Quantiles z (B, N) at taus (B, N) against target samples (B, N'): summed over online
+    quantiles, averaged over target ones; the weighted mean and the detached per-sample."""
     u = target.unsqueeze(1) - z.unsqueeze(2)  # (B, N, N')
     rho = quantile_huber(u, taus.unsqueeze(2), kappa)
     per_sample = rho.mean(dim=2).sum(dim=1)  # (B,)

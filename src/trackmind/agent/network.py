@@ -10,6 +10,7 @@ import math
 from collections.abc import Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 LEAK = 0.01
@@ -67,10 +68,37 @@ def conv_output_shape(
     return c, h, w
 
 
-def _hidden(a: int, b: int, layer_norm: bool) -> list[nn.Module]:
+class SpectralLinear(nn.Linear):
+    """A Linear layer whose weight is divided by its largest singular value (Miyato et al.
+    2018), estimated by one power iteration per training forward.
+
+    Used on the dueling heads' hidden layers (Gogianu et al. 2021: spectral normalisation of
+    the penultimate layer steadies a value network's optimisation). Written as a plain
+    module, not torch's parametrization, so the network still scripts for the collectors and
+    its state_dict keeps the plain keys (plus the power iteration's vector ``u``). In eval
+    mode ``u`` is not updated: an acting copy divides by the learner's last estimate.
+    """
+
+    def __init__(self, in_features: int, out_features: int) -> None:
+        super().__init__(in_features, out_features)
+        self.register_buffer("u", F.normalize(torch.randn(out_features), dim=0))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = self.weight
+        with torch.no_grad():
+            v = F.normalize(torch.mv(w.t(), self.u), dim=0)
+            if self.training:
+                self.u.copy_(F.normalize(torch.mv(w, v), dim=0))
+                v = F.normalize(torch.mv(w.t(), self.u), dim=0)
+        sigma = torch.dot(self.u, torch.mv(w, v))
+        return F.linear(x, w / sigma, self.bias)
+
+
+def _hidden(a: int, b: int, layer_norm: bool, spectral_norm: bool = False) -> list[nn.Module]:
     """Linear -> [LayerNorm] -> leaky ReLU: one hidden layer of the dense parts."""
     norm: list[nn.Module] = [nn.LayerNorm(b)] if layer_norm else []
-    return [nn.Linear(a, b), *norm, nn.LeakyReLU(LEAK)]
+    linear = SpectralLinear(a, b) if spectral_norm else nn.Linear(a, b)
+    return [linear, *norm, nn.LeakyReLU(LEAK)]
 
 
 def _mlp(sizes: Sequence[int], layer_norm: bool = False) -> nn.Sequential:
@@ -89,7 +117,8 @@ class IQNNetwork(nn.Module):
     ``layer_norm`` puts a LayerNorm before every hidden activation of the dense parts (float
     head, tau embedding, dueling heads): it bounds the features a value is read from, which
     keeps Q from extrapolating far on states the buffer rarely holds (Ball et al. 2023; Lyle
-    et al. 2023). The conv stack is left as it is.
+    et al. 2023). The conv stack is left as it is. ``spectral_norm`` makes the dueling heads'
+    hidden layers SpectralLinear.
     """
 
     def __init__(
@@ -106,9 +135,9 @@ class IQNNetwork(nn.Module):
         float_mean: torch.Tensor | None = None,
         float_std: torch.Tensor | None = None,
         layer_norm: bool = False,
+        spectral_norm: bool = False,
     ) -> None:
         super().__init__()
-        self.layer_norm = layer_norm
         self.has_image = image_shape is not None
         self.image_shape = tuple(image_shape) if image_shape is not None else None
         self.float_dim = float_dim
@@ -134,11 +163,11 @@ class IQNNetwork(nn.Module):
 
         self.tau_embedding = nn.Sequential(*_hidden(embedding_dim, self.feature_dim, layer_norm))
         self.advantage = nn.Sequential(
-            *_hidden(self.feature_dim, dense_hidden, layer_norm),
+            *_hidden(self.feature_dim, dense_hidden, layer_norm, spectral_norm),
             nn.Linear(dense_hidden, n_actions),
         )
         self.value = nn.Sequential(
-            *_hidden(self.feature_dim, dense_hidden, layer_norm),
+            *_hidden(self.feature_dim, dense_hidden, layer_norm, spectral_norm),
             nn.Linear(dense_hidden, 1),
         )
         self.register_buffer("cos_freqs", torch.arange(1, embedding_dim + 1) * math.pi)

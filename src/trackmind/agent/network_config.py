@@ -36,6 +36,8 @@ class NetworkConfig:
     n_actions: int = 12
     # a LayerNorm before every hidden activation of the dense layers (docs/learning.md)
     layer_norm: bool = False
+    # the dueling heads' hidden layers spectrally normalised (agent/network.SpectralLinear)
+    spectral_norm: bool = False
     n_quantiles_train: int = 8
     n_quantiles_target: int = 8  # random taus of the target's next-state quantiles
     n_quantiles_inference: int = 32
@@ -56,11 +58,11 @@ class NetworkConfig:
             f"{PREFIX}.n_quantiles_train",
             f"must be even for stratified symmetric taus, got {n_train}",
         )
-        require(
-            isinstance(self.layer_norm, bool),
-            f"{PREFIX}.layer_norm",
-            f"must be true or false, got {self.layer_norm!r}",
-        )
+        for name in ("layer_norm", "spectral_norm"):
+            value = getattr(self, name)
+            require(
+                isinstance(value, bool), f"{PREFIX}.{name}", f"must be true or false, got {value!r}"
+            )
         self.compile = self.compile if self.compile is not None else "none"
         require(
             self.compile in COMPILE_MODES,

@@ -21,7 +21,7 @@ import lightning as L
 import torch
 from omegaconf import MISSING
 
-from trackmind.agent.loss import NonFiniteGuard, iqn_loss
+from trackmind.agent.loss import Munchausen, NonFiniteGuard, iqn_loss
 from trackmind.agent.network import IQNNetwork, random_taus, stratified_symmetric_taus
 from trackmind.agent.schedules import Schedule
 from trackmind.errors import ConfigError, check_schema, require
@@ -109,6 +109,11 @@ class LearnerConfig:
     kappa: float = MISSING
     double_dqn: bool = MISSING
     advantage_learning: float = MISSING  # alpha in [0, 1): gap-increasing target (agent/loss.py)
+    # Munchausen targets (agent/loss.py): alpha (0: off), softmax temperature, lower clip of
+    # the log-policy bonus; defaults here too, for checkpoints of runs from before the keys
+    munchausen_alpha: float = 0.0
+    munchausen_temperature: float = 0.03
+    munchausen_clip: float = -1.0
     grad_clip_norm: float = MISSING
     target_tau: float = MISSING
     target_update_every_transitions: int = MISSING
@@ -150,6 +155,15 @@ class LearnerConfig:
             )
         al = self.advantage_learning
         require(0 <= al < 1, f"{key}.advantage_learning", f"must be in [0, 1), got {al!r}")
+        ma, mt, mc = self.munchausen_alpha, self.munchausen_temperature, self.munchausen_clip
+        require(0 <= ma <= 1, f"{key}.munchausen_alpha", f"must be in [0, 1], got {ma!r}")
+        require(mt > 0, f"{key}.munchausen_temperature", f"must be positive, got {mt!r}")
+        require(mc < 0, f"{key}.munchausen_clip", f"must be negative, got {mc!r}")
+        require(
+            ma == 0 or not (self.double_dqn or al > 0),
+            f"{key}.munchausen_alpha",
+            "Munchausen targets replace double DQN and advantage learning: turn those off",
+        )
         tau = self.target_tau
         require(0 < tau <= 1, f"{key}.target_tau", f"must be in (0, 1], got {tau!r}")
         require(
@@ -160,6 +174,16 @@ class LearnerConfig:
         schedule_from(self.lr, f"{key}.lr")
         g = schedule_from(self.gamma, f"{key}.gamma")
         require(all(0 < v <= 1 for _, v in g.points), f"{key}.gamma", "values must be in (0, 1]")
+
+    def munchausen(self) -> Munchausen | None:
+        """The loss's Munchausen settings, or None when munchausen_alpha is 0 (off)."""
+        if self.munchausen_alpha == 0:
+            return None
+        return Munchausen(
+            float(self.munchausen_alpha),
+            float(self.munchausen_temperature),
+            float(self.munchausen_clip),
+        )
 
 
 def learner_config(cfg: Mapping | LearnerConfig, key: str = "learner") -> LearnerConfig:
@@ -310,6 +334,7 @@ class IQNLightningModule(L.LightningModule):
             weights=batch.get("weights"),
             q_online_next=z_online_next,
             advantage_learning=float(self.cfg.advantage_learning),
+            munchausen=self.cfg.munchausen(),
         )
         return loss, per_sample, z
 
