@@ -9,8 +9,10 @@ No table in docs/ is kept by hand. A page holds a generated table between
 - `config-groups`: the Hydra groups and options found in conf/, with what each group is for
   (docs/results/config-groups.json);
 - a file docs/results/NAME.json: `scripts/drive.py --json` output (a map table),
-  `trackmind-evaluate --json` output (greedy races of a checkpoint), or
-  `{"columns": [...], "rows": [[...]]}` (a measurement recorded as a result file).
+  `trackmind-evaluate --json` output (greedy races of a checkpoint), a
+  `scripts/bench_learning.py --results` file of short screening runs (a lever table, each
+  lever's seeds side by side), or `{"columns": [...], "rows": [[...]]}` (a measurement
+  recorded as a result file).
 The learning benchmark's tables (docs/benchmarks.md, from docs/bench_learning.json) are
 written by scripts/bench_learning.py's own table code, and docs/gpu.md's by
 scripts/gpu_check.py --report. Plots: a learning curve per map and the lever comparison,
@@ -103,6 +105,62 @@ def config_groups_table() -> str:
     return markdown_table(["group", "options", "what"], rows)
 
 
+def seed_of(overrides: str) -> int:
+    """The seed= override of a bench_learning row (none: the config's seed, 0)."""
+    m = re.search(r"(?:^|\s)seed=(\d+)", overrides)
+    return int(m[1]) if m else 0
+
+
+def screen_table(saved: dict[str, list[dict]]) -> str:
+    """bench_learning rows of short screening runs, one line per lever over its seeds: the
+    mean share of the map the closing window's greedy races covered (late_progress) seed by
+    seed and its median, the median first finish (a run with none counts as its budget), the
+    median finish rate of the closing window and the median learner speed."""
+    levers: dict[tuple, list[dict]] = {}
+    for rows in saved.values():
+        for r in rows:
+            lever = re.sub(r"\s*seed=\d+", "", r["overrides"]).strip() or "defaults"
+            levers.setdefault((r["map"], r["minutes"], lever), []).append(r)
+    out = []
+    for (name, minutes, lever), rs in levers.items():
+        rs.sort(key=lambda r: seed_of(r["overrides"]))
+        progress = [r["late_progress"] for r in rs]
+        firsts = [minutes if r["first_finish_min"] is None else r["first_finish_min"] for r in rs]
+        never = sum(r["first_finish_min"] is None for r in rs)
+        speeds = [r["samples_per_s"] for r in rs if r.get("samples_per_s")]
+        out.append(
+            [
+                name,
+                f"{minutes:g} min",
+                f"`{lever}`" if lever != "defaults" else lever,
+                ", ".join(str(seed_of(r["overrides"])) for r in rs),
+                " / ".join(f"{p:.0%}" for p in progress),
+                f"{statistics.median(progress):.0%}",
+                f"{statistics.median(firsts):.1f} min" + (f" ({never} never)" if never else ""),
+                f"{statistics.median(r['finish_rate'] for r in rs):.0%}",
+                f"{statistics.median(speeds):,.0f}" if speeds else None,
+            ]
+        )
+    columns = [
+        "map",
+        "budget",
+        "lever",
+        "seeds",
+        "map covered, last third, by seed",
+        "median",
+        "first greedy finish (median)",
+        "finished, last third (median)",
+        "samples/s (median)",
+    ]
+    return markdown_table(columns, out)
+
+
+def is_screen(data: dict) -> bool:
+    """A bench_learning results file: {"option|minutes|overrides": [row, ...], ...}."""
+    rows = [r for v in data.values() if isinstance(v, list) for r in v]
+    return bool(rows) and all(isinstance(r, dict) and "late_progress" in r for r in rows)
+
+
 def render(name: str) -> str:
     if name == "config-groups":
         return config_groups_table()
@@ -114,6 +172,8 @@ def render(name: str) -> str:
         return evaluation_table(data)
     if "maps" in data:
         return drive_table(data)
+    if is_screen(data):
+        return screen_table(data)
     return markdown_table(data["columns"], data["rows"])
 
 

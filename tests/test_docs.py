@@ -95,3 +95,34 @@ def test_evaluation_table_by_hand():
     lines = docs.evaluation_table({"checkpoint": "best.pt", "maps": maps}).split("\n")
     assert lines[2] == "| Austin.csv | 100% | 100.00 s | 90.00 s | 1.110 | finished |"
     assert lines[3] == "| procedural:3 | 0% | - | 30.00 s | - | 42% (no_progress) |"
+
+
+def test_screen_table_by_hand():
+    """A bench_learning results file of screening runs: one line per lever, seeds in order,
+    medians by hand; a run that never finished counts as its whole budget."""
+    docs = load_script("make_docs")
+
+    def row(overrides, progress, first, rate, speed):
+        return {
+            "map": "technical",
+            "minutes": 10.0,
+            "overrides": overrides,
+            "late_progress": progress,
+            "first_finish_min": first,
+            "finish_rate": rate,
+            "samples_per_s": speed,
+        }
+
+    saved = {
+        "technical|10|x=1 seed=2": [row("x=1 seed=2", 0.5, None, 0.0, 7000.0)],
+        "technical|10|x=1": [row("x=1", 0.25, 6.0, 0.1, 6000.0)],
+        "technical|10|seed=1": [row("seed=1", 0.2, 9.0, 0.02, 6500.0)],
+        "technical|10|x=1 seed=1": [row("x=1 seed=1", 0.3, 8.0, 0.2, 5000.0)],
+    }
+    assert docs.is_screen(saved) and not docs.is_screen({"columns": [], "rows": []})
+    lines = docs.screen_table(saved).splitlines()
+    assert lines[2] == (
+        "| technical | 10 min | `x=1` | 0, 1, 2 | 25% / 30% / 50% | 30% | 8.0 min (1 never) "
+        "| 10% | 6,000 |"
+    )
+    assert lines[3].startswith("| technical | 10 min | defaults | 1 | 20% | 20% | 9.0 min |")
