@@ -22,18 +22,33 @@ import torch
 from omegaconf import MISSING
 
 from trackmind.agent.loss import Munchausen, NonFiniteGuard, iqn_loss
-from trackmind.agent.network import IQNNetwork, random_taus, stratified_symmetric_taus
+from trackmind.agent.network import (
+    IQNNetwork,
+    SpectralLinear,
+    random_taus,
+    stratified_symmetric_taus,
+)
 from trackmind.agent.schedules import Schedule
 from trackmind.errors import ConfigError, check_schema, require
 from trackmind.training.captured_step import CapturedStep
 
 
 def soft_update(target: torch.nn.Module, online: torch.nn.Module, tau: float) -> None:
-    """target <- (1 - tau) * target + tau * online, for the parameters (buffers are fixed).
+    """target <- (1 - tau) * target + tau * online, for the parameters (buffers are fixed,
+    but for the power-iteration vectors of spectral normalisation, taken from online).
 
-    One foreach kernel for all parameters: a GPU learner runs it every batch."""
+    One foreach kernel for all parameters: a GPU learner runs it every batch. The vectors
+    are copied because an averaged copy that is never run in training mode (the acting
+    average) would otherwise keep dividing by the singular value of its first weights."""
     with torch.no_grad():
         torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), tau)
+        for mine, theirs in zip(power_iteration_vectors(target), power_iteration_vectors(online)):
+            mine.copy_(theirs)
+
+
+def power_iteration_vectors(net: torch.nn.Module) -> list[torch.Tensor]:
+    """The ``u`` buffers of a network's SpectralLinear layers, in module order."""
+    return [m.u for m in net.modules() if isinstance(m, SpectralLinear)]
 
 
 def q_stats(z: torch.Tensor) -> dict[str, torch.Tensor]:
