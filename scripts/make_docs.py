@@ -116,10 +116,11 @@ def screen_table(saved: dict[str, list[dict]]) -> str:
     mean share of the map the closing window's greedy races covered (late_progress) seed by
     seed and its median, the median first finish (a run with none counts as its budget), the
     median finish rate of the closing window and the median learner speed."""
+    without_seed = load_script("bench_learning").without_seed
     levers: dict[tuple, list[dict]] = {}
     for rows in saved.values():
         for r in rows:
-            lever = re.sub(r"\s*seed=\d+", "", r["overrides"]).strip() or "defaults"
+            lever = without_seed(r["overrides"]) or "defaults"
             levers.setdefault((r["map"], r["minutes"], lever), []).append(r)
     out = []
     for (name, minutes, lever), rs in levers.items():

@@ -272,6 +272,7 @@ class IQNLightningModule(L.LightningModule):
             self.acting_network.requires_grad_(False)
         self.acting_updates = 0
         self.n_train = int(n_quantiles_train)
+        self.munchausen = self.cfg.munchausen()  # made once: compute_loss runs every batch
         self.n_target = int(n_quantiles_target)
         self.lr_schedule = schedule_from(self.cfg.lr, "learner.lr")
         self.gamma_schedule = schedule_from(self.cfg.gamma, "learner.gamma")
@@ -349,7 +350,7 @@ class IQNLightningModule(L.LightningModule):
             weights=batch.get("weights"),
             q_online_next=z_online_next,
             advantage_learning=float(self.cfg.advantage_learning),
-            munchausen=self.cfg.munchausen(),
+            munchausen=self.munchausen,
         )
         return loss, per_sample, z
 
