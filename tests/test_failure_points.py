@@ -1,0 +1,65 @@
+"""scripts/failure_points.py: braking zones of a speed profile, checked by hand."""
+
+import numpy as np
+from test_scripts import load_script
+
+fp = load_script("failure_points")
+braking_zones, outside, stop_rates, stop_zone = (
+    fp.braking_zones,
+    fp.outside,
+    fp.stop_rates,
+    fp.stop_zone,
+)
+
+
+def _profile():
+    """A 10 m grid: 50 m/s to 100 m, braking to 20 m/s at 200 m, back to 50 at 300 m;
+    then a gentle dip to 47 m/s at 400 m (less than 5 m/s: not a zone). Left at 190-200 m
+    (radius 20 m), right at 210 m (25 m): a chicane. Half-width 6 m, 4 m at 200 m."""
+    s = np.arange(0.0, 510.0, 10.0)
+    speed = np.interp(s, [0, 100, 200, 300, 400, 500], [50, 50, 20, 50, 47, 50])
+    kappa = np.zeros_like(s)
+    kappa[19:21] = 1 / 20
+    kappa[21] = -1 / 25
+    half = np.full_like(s, 6.0)
+    half[20] = 4.0
+    return s, speed, kappa, half
+
+
+def test_a_braking_zone_by_hand():
+    (zone,) = braking_zones(*_profile())
+    assert zone["s"] == 200.0
+    assert zone["start_speed"] == 50.0 and zone["corner_speed"] == 20.0 and zone["drop"] == 30.0
+    assert zone["braking_m"] == 100.0  # from the end of the 50 m/s plateau, not its start
+    assert zone["radius"] == 20.0  # the tightest within 25 m
+    assert zone["half_width"] == 4.0
+    assert zone["straight_m"] == 100.0  # 0-100 m, straight (kappa 0)
+    assert zone["chicane"]
+
+
+def test_the_stop_zone_and_what_lies_outside_training():
+    zones = [{"s": 200.0}, {"s": 600.0}]
+    assert stop_zone(zones, 150.0) == {"s": 200.0}
+    assert stop_zone(zones, 210.0) == {"s": 200.0}  # 10 m past its minimum: still that zone
+    assert stop_zone(zones, 250.0) == {"s": 600.0}
+    assert stop_zone(zones, 700.0) is None
+    (zone,) = braking_zones(*_profile())
+    extremes = {
+        "start_speed": 60.0,  # harder above: 50 is inside
+        "drop": 25.0,  # 30 is outside
+        "braking_m": 500.0,
+        "radius": 25.0,  # harder below: 20 is outside
+        "half_width": 7.5,  # 4 is outside
+        "straight_m": 400.0,
+    }
+    assert outside(zone, extremes) == ["drop", "radius", "half_width"]
+
+
+def test_stop_rates_count_the_zones_met():
+    chicane = {"chicane": True, "half_width": 4.0}
+    plain = {"chicane": False, "half_width": 8.0}
+    rates = stop_rates([chicane], [chicane, plain, plain, plain], trained_width=7.5)
+    assert rates["chicane"] == "1 / 2 (50.0%)"
+    assert rates["not a chicane"] == "0 / 3 (0.0%)"
+    assert rates["half-width under 5 m"] == "1 / 2 (50.0%)"
+    assert rates["chicane, half-width 7.5 m or more"] == "0 / 0"
