@@ -9,6 +9,7 @@ from trackmind.sim.maps import (
     builtin_names,
     grandprix_map,
     line_from_recipe,
+    narrow_map,
     procedural_map,
 )
 from trackmind.sim.track import RUN_UP_M, MapError, Track, curvature
@@ -58,9 +59,31 @@ def test_grandprix_maps_brake_from_a_long_straight_into_a_tight_corner():
         assert any(radius[e : e + ahead].min() <= tight for e in ends if e + ahead < len(radius))
 
 
+def test_narrow_maps_have_real_road_widths_and_chicanes():
+    """Narrow maps: the procedural map's 1.5 km on a half-width of 3.5-7.5 m, with chicanes
+    (a turn one way then the other, both tighter than 3 x (half-width + 4 m), within 80 m)."""
+    a, b = narrow_map(7), narrow_map(7)
+    np.testing.assert_array_equal(a.points, b.points)
+    for seed in [*range(6), *range(101, 113)]:
+        t = narrow_map(seed)
+        half_width = float(t.width_left[len(t.width_left) // 2])
+        assert 3.5 <= half_width <= 7.5
+        assert t.length_m > 1000
+        kappa = curvature(t.points)
+        step = float(np.median(np.diff(t.s)))
+        tight = 1.0 / ((half_width + 4.0) * 3.0 + 0.5)
+        sharp = np.flatnonzero(np.abs(kappa) >= tight * 0.99)
+        window = int(80 / step)
+        flips = [
+            i for i in sharp if np.any(kappa[i : i + window] * kappa[i] <= -(tight**2) * 0.98)
+        ]
+        assert flips, f"narrow:{seed} has no chicane"
+
+
 def test_generated_map_specs_load_by_family():
     assert load_map("grandprix:3").name == "grandprix:3"
     assert load_map("procedural:3").name == "procedural:3"
+    assert load_map("narrow:3").name == "narrow:3"
     with pytest.raises(MapError, match="grandprix:x: grandprix seed must be an integer"):
         load_map("grandprix:x")
     with pytest.raises(MapError, match="grandprix map seed must be >= 0"):
