@@ -74,9 +74,7 @@ def test_narrow_maps_have_real_road_widths_and_chicanes():
         tight = 1.0 / ((half_width + 4.0) * 3.0 + 0.5)
         sharp = np.flatnonzero(np.abs(kappa) >= tight * 0.99)
         window = int(80 / step)
-        flips = [
-            i for i in sharp if np.any(kappa[i : i + window] * kappa[i] <= -(tight**2) * 0.98)
-        ]
+        flips = [i for i in sharp if np.any(kappa[i : i + window] * kappa[i] <= -(tight**2) * 0.98)]
         assert flips, f"narrow:{seed} has no chicane"
 
 
