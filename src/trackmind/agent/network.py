@@ -174,7 +174,7 @@ class IQNNetwork(nn.Module):
         self.register_buffer("float_mean", torch.zeros(float_dim))
         self.register_buffer("float_std", torch.ones(float_dim))
         self.set_float_stats(float_mean, float_std)
-        self._init_weights()
+        self.init_weights()
 
     def set_float_stats(self, mean=None, std=None) -> None:
         """Fix the float normalisation ((x - mean) / std); std must be positive."""
@@ -191,12 +191,16 @@ class IQNNetwork(nn.Module):
                 raise ValueError("float_std must be positive everywhere")
             self.float_std.copy_(std)
 
-    def _init_weights(self) -> None:
-        """Kaiming for leaky layers; the last layers of the heads start small (Q near 0)."""
+    def init_weights(self) -> None:
+        """Draw every weight afresh (as constructed; a reset's fresh copy comes from here):
+        Kaiming for leaky layers, LayerNorms at the identity, and the last layers of the
+        heads small (Q near 0)."""
         for m in self.modules():
             if isinstance(m, nn.Conv2d | nn.Linear):
                 nn.init.kaiming_uniform_(m.weight, a=LEAK, nonlinearity="leaky_relu")
                 nn.init.zeros_(m.bias)
+            elif isinstance(m, nn.LayerNorm):
+                m.reset_parameters()
         for head in (self.advantage, self.value):
             nn.init.orthogonal_(head[-1].weight, gain=0.01)
 

@@ -7,14 +7,15 @@ outside the optimizer. Every `publish_every_batches` the acting weights go to th
 network the collectors pull from: the online weights, or with `acting_ema_batches` > 0 their
 exponential moving average over about that many batches (Polyak averaging of the iterates),
 which a greedy policy follows far more steadily than the online weights, whose argmax flips
-between consecutive batches where the action gaps are small.
+between consecutive batches where the action gaps are small. With `reset_every_frames` > 0
+the online network is shrunk towards a fresh draw on a frame schedule (agent/resets.py).
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import lightning as L
@@ -28,6 +29,7 @@ from trackmind.agent.network import (
     random_taus,
     stratified_symmetric_taus,
 )
+from trackmind.agent.resets import reset_due, reset_optimizer_state_, shrink_perturb_
 from trackmind.agent.schedules import Schedule
 from trackmind.errors import ConfigError, check_schema, require
 from trackmind.training.captured_step import CapturedStep
@@ -142,6 +144,13 @@ class LearnerConfig:
     # the whole update (forwards, backward, clipping, optimizer) as one replayed CUDA graph
     # (training/captured_step.py); a GPU learner in fp32 or bf16
     cuda_graph: bool = False
+    # shrink-and-perturb resets of the online network (agent/resets.py): every N frames
+    # (0: off), none from `reset_until_frames` on (0: no end); weights kept `reset_shrink`
+    # of the way, the modules of `reset_modules` drawn afresh
+    reset_every_frames: int = 0
+    reset_until_frames: int = 0
+    reset_shrink: float = 0.5
+    reset_modules: list[str] = field(default_factory=lambda: ["advantage", "value"])
 
     def __post_init__(self) -> None:
         key = "learner"
@@ -161,6 +170,8 @@ class LearnerConfig:
             ("publish_every_batches", True),
             ("max_nonfinite_in_a_row", True),
             ("acting_ema_batches", False),
+            ("reset_every_frames", False),
+            ("reset_until_frames", False),
         ):
             v = getattr(self, name)
             require(
@@ -179,6 +190,8 @@ class LearnerConfig:
             f"{key}.munchausen_alpha",
             "Munchausen targets replace double DQN and advantage learning: turn those off",
         )
+        rs = self.reset_shrink
+        require(0 <= rs <= 1, f"{key}.reset_shrink", f"must be in [0, 1], got {rs!r}")
         tau = self.target_tau
         require(0 < tau <= 1, f"{key}.target_tau", f"must be in (0, 1], got {tau!r}")
         require(
@@ -290,6 +303,15 @@ class IQNLightningModule(L.LightningModule):
         self.captured: CapturedStep | None = None  # with cuda_graph, made at the first step
         self._nonfinite: torch.Tensor | None = None  # device counters: [in a row, in total]
         self._raw_optimizer: torch.optim.Optimizer | None = None  # the one device_update steps
+        self.resets_done = 0
+        names = dict(network.named_modules())
+        bad = [m for m in self.cfg.reset_modules if not m or m not in names]
+        require(
+            not bad,
+            "learner.reset_modules",
+            f"the network has no module {', '.join(map(repr, bad))} "
+            f"(its top-level modules: {', '.join(n for n, _ in network.named_children())})",
+        )
 
     # --- optimisation -------------------------------------------------------------------
     def configure_optimizers(self):
@@ -468,6 +490,13 @@ class IQNLightningModule(L.LightningModule):
         while self.samples_since_target_update >= every:
             soft_update(self.target_network, self.online_network, float(self.cfg.target_tau))
             self.samples_since_target_update -= every
+        if reset_due(
+            self.frames(),
+            int(self.cfg.reset_every_frames),
+            int(self.cfg.reset_until_frames),
+            self.resets_done,
+        ):
+            self.reset_online()
         if self.acting_network is not None:
             soft_update(
                 self.acting_network,
@@ -480,6 +509,19 @@ class IQNLightningModule(L.LightningModule):
             and (self.global_step + 1) % int(self.cfg.publish_every_batches) == 0
         ):
             self.publish(self.acting)
+
+    def reset_online(self) -> None:
+        """Shrink-and-perturb the online network towards a fresh initialisation and zero
+        the optimizer's moments (agent/resets.py). The target network is left as it is."""
+        fresh = copy.deepcopy(self.online_network)
+        fresh.init_weights()
+        shrink_perturb_(
+            self.online_network, fresh, float(self.cfg.reset_shrink), self.cfg.reset_modules
+        )
+        opt = self.optimizers()
+        reset_optimizer_state_(getattr(opt, "optimizer", opt))
+        self.resets_done += 1
+        self.log("train/resets", float(self.resets_done), on_step=True, batch_size=1)
 
     def _logs_this_step(self) -> bool:
         """Will Lightning write this step's metrics? It does every log_every_n_steps batches;
@@ -499,6 +541,7 @@ class IQNLightningModule(L.LightningModule):
             "samples_learned": int(self.samples_learned),
             "samples_since_target_update": int(self.samples_since_target_update),
             "nonfinite_skipped": int(self.guard.skipped),
+            "resets_done": int(self.resets_done),
         }
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
@@ -515,6 +558,7 @@ class IQNLightningModule(L.LightningModule):
         self.samples_learned = int(c.get("samples_learned", 0))
         self.samples_since_target_update = int(c.get("samples_since_target_update", 0))
         self.guard.skipped = int(c.get("nonfinite_skipped", 0))
+        self.resets_done = int(c.get("resets_done", 0))
 
     def validation_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int):
         loss, _, _ = self.compute_loss(batch)

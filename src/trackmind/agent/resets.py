@@ -1,0 +1,64 @@
+"""Network resets: shrink-and-perturb, as BBF and SR-SPR use them to keep a network that
+learns from a small, often re-read buffer able to learn (its plasticity).
+
+A reset moves every weight part of the way back to a fresh initialisation,
+``w <- shrink * w + (1 - shrink) * w_fresh`` (Ash & Adams 2020; BBF shrinks to 0.5), and
+draws the named modules (the last layers, which overfit first) afresh outright. What the
+network knew survives in the shrunk weights, in the target network (left as it is: the
+online network re-learns from its targets) and in the replay buffer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+
+def reset_due(frames: int, every: int, until: int, done: int) -> bool:
+    """Is the (done + 1)-th reset due at this frame count? Resets fall every `every` frames
+    (0: never), the last one before `until` (0: no end), so the final weights have time to
+    re-learn."""
+    if every <= 0:
+        return False
+    at = (done + 1) * every
+    return frames >= at and (until <= 0 or at < until)
+
+
+def shrink_perturb_(
+    net: nn.Module, fresh: nn.Module, shrink: float, renew: Sequence[str] = ()
+) -> list[str]:
+    """In place: each parameter of `net` becomes shrink * itself + (1 - shrink) * the same
+    parameter of `fresh` (a newly initialised copy), and those of the modules named in
+    `renew` (e.g. "advantage") become fresh's outright. Buffers are left alone. Returns the
+    names of the renewed parameters. Raises ValueError for a shrink outside [0, 1] or a
+    module name the network does not have."""
+    if not 0.0 <= shrink <= 1.0:
+        raise ValueError(f"shrink must be in [0, 1], got {shrink!r}")
+    modules = dict(net.named_modules())
+    unknown = [m for m in renew if m not in modules or m == ""]
+    if unknown:
+        raise ValueError(f"no module named {', '.join(map(repr, unknown))} in the network")
+    prefixes = tuple(f"{m}." for m in renew)
+    fresh_params = dict(fresh.named_parameters())
+    renewed = []
+    with torch.no_grad():
+        for name, p in net.named_parameters():
+            q = fresh_params[name]
+            if name.startswith(prefixes):
+                p.copy_(q)
+                renewed.append(name)
+            else:
+                p.mul_(shrink).add_(q, alpha=1.0 - shrink)
+    return renewed
+
+
+def reset_optimizer_state_(opt: torch.optim.Optimizer) -> None:
+    """Zero the optimizer's per-parameter state (moments and step counts) in place, as a new
+    optimizer would start: the moments of the old weights mislead the reset ones. In place,
+    so a captured CUDA graph that reads these tensors stays valid."""
+    for state in opt.state.values():
+        for v in state.values():
+            if isinstance(v, torch.Tensor):
+                v.zero_()

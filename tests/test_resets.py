@@ -1,0 +1,157 @@
+"""Shrink-and-perturb resets of the online network (agent/resets.py), by hand and in a run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from trackmind.agent.network_config import build_network
+from trackmind.agent.resets import reset_due, reset_optimizer_state_, shrink_perturb_
+from trackmind.errors import ConfigError
+from trackmind.training.module import IQNLightningModule
+
+ROOT = Path(__file__).resolve().parents[1]
+FLOATS = 184
+
+
+def test_resets_fall_every_n_frames_and_none_from_the_end():
+    # every 100 frames, none at or after 350: resets at 100, 200 and 300 only
+    assert not reset_due(99, 100, 350, done=0)
+    assert reset_due(100, 100, 350, done=0)
+    assert not reset_due(199, 100, 350, done=1)
+    assert reset_due(250, 100, 350, done=1)  # late frames still owe the second reset
+    assert reset_due(300, 100, 350, done=2)
+    assert not reset_due(10_000, 100, 350, done=3)  # the fourth would fall at 400 >= 350
+    assert reset_due(10_000, 100, 0, done=3)  # until 0: no end
+    assert not reset_due(10_000, 0, 0, done=0)  # every 0: off
+
+
+def _pair() -> torch.nn.Sequential:
+    net = torch.nn.Sequential(torch.nn.Linear(1, 1), torch.nn.Linear(1, 1))
+    net.register_buffer("stats", torch.tensor([3.0]))
+    return net
+
+
+def _fill(net: torch.nn.Sequential, w0: float, b0: float, w1: float, b1: float) -> None:
+    with torch.no_grad():
+        for layer, (w, b) in zip(net, ((w0, b0), (w1, b1))):
+            layer.weight.fill_(w)
+            layer.bias.fill_(b)
+
+
+def test_shrink_perturb_moves_weights_towards_the_fresh_ones_and_renews_the_named():
+    net, fresh = _pair(), _pair()
+    _fill(net, 4.0, -2.0, 2.0, 1.0)
+    _fill(fresh, 0.0, 2.0, 10.0, -5.0)
+    fresh.stats.fill_(99.0)
+    renewed = shrink_perturb_(net, fresh, 0.25, renew=["1"])
+    # layer 0: 0.25 * 4 + 0.75 * 0 = 1; 0.25 * -2 + 0.75 * 2 = 1
+    assert float(net[0].weight) == 1.0 and float(net[0].bias) == 1.0
+    # layer 1 renewed: fresh's values outright
+    assert float(net[1].weight) == 10.0 and float(net[1].bias) == -5.0
+    assert renewed == ["1.weight", "1.bias"]
+    assert float(net.stats) == 3.0  # buffers are left alone
+
+
+def test_shrink_one_keeps_the_weights_and_bad_arguments_are_refused():
+    net, fresh = _pair(), _pair()
+    _fill(net, 4.0, -2.0, 2.0, 1.0)
+    _fill(fresh, 0.0, 2.0, 10.0, -5.0)
+    shrink_perturb_(net, fresh, 1.0)
+    assert [float(p) for p in net.parameters()] == [4.0, -2.0, 2.0, 1.0]
+    with pytest.raises(ValueError, match="shrink"):
+        shrink_perturb_(net, fresh, 1.5)
+    with pytest.raises(ValueError, match="'head'"):
+        shrink_perturb_(net, fresh, 0.5, renew=["head"])
+
+
+def test_a_zeroed_optimizer_steps_as_a_new_one():
+    torch.manual_seed(0)
+    p = torch.nn.Parameter(torch.tensor([1.0, -1.0]))
+    opt = torch.optim.RAdam([p], lr=0.1)
+    for g in ([1.0, 2.0], [3.0, -1.0]):
+        p.grad = torch.tensor(g)
+        opt.step()
+    reset_optimizer_state_(opt)
+    q = torch.nn.Parameter(p.detach().clone())
+    new = torch.optim.RAdam([q], lr=0.1)
+    for g in ([0.5, -0.5], [2.0, 1.0], [-1.0, 4.0], [1.0, 1.0], [0.1, 0.2], [3.0, 3.0]):
+        p.grad, q.grad = torch.tensor(g), torch.tensor(g)
+        opt.step()
+        new.step()
+        torch.testing.assert_close(p.detach(), q.detach(), rtol=0, atol=0)
+
+
+def _module(**change) -> IQNLightningModule:
+    torch.manual_seed(0)
+    raw = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "network" / "iqn_floats.yaml"))
+    cfg = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "learner" / "iqn.yaml"))
+    return IQNLightningModule(build_network(raw, FLOATS, None), {**cfg, **change})
+
+
+def test_reset_keys_are_checked_where_the_config_names_them():
+    with pytest.raises(ConfigError, match=r"learner\.reset_modules.*'dueling'"):
+        _module(reset_modules=["dueling"])
+    with pytest.raises(ConfigError, match=r"learner\.reset_shrink"):
+        _module(reset_shrink=1.5)
+    with pytest.raises(ConfigError, match=r"learner\.reset_every_frames"):
+        _module(reset_every_frames=-1)
+
+
+def _batches(n: int, b: int = 16) -> list[dict[str, torch.Tensor]]:
+    g = torch.Generator().manual_seed(1)
+    return [
+        {
+            "state_float": torch.randn(b, FLOATS, generator=g),
+            "next_state_float": torch.randn(b, FLOATS, generator=g),
+            "action": torch.randint(0, 12, (b,), generator=g),
+            "reward": torch.randn(b, generator=g),
+            "discount": torch.full((b,), 0.99),
+        }
+        for _ in range(n)
+    ]
+
+
+def _fit(module: IQNLightningModule, tmp_path: Path, steps: int = 8) -> None:
+    trainer = L.Trainer(
+        max_steps=steps,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+    )
+    trainer.fit(module, train_dataloaders=torch.utils.data.DataLoader(_batches(steps), None))
+
+
+def test_a_run_resets_on_schedule_and_keeps_its_target(tmp_path):
+    """Frames rise 1,000 a batch; resets every 2,000 until 5,000: two resets in 8 batches.
+    A reset leaves the target network alone: with target updates off (one every 10^9
+    samples) it stays the initial weights. Against a twin run without resets, the shrunk
+    layers and the renewed heads are far from where eight small steps would take them."""
+    quiet = {"target_update_every_transitions": 10**9, "publish_every_batches": 1000}
+    module = _module(reset_every_frames=2000, reset_until_frames=5000, **quiet)
+    twin = _module(**quiet)
+    for m in (module, twin):
+        m.frames = lambda m=m: 1000 * (m.global_step + 1)
+    target_before = {k: v.clone() for k, v in module.target_network.state_dict().items()}
+    _fit(module, tmp_path)
+    _fit(twin, tmp_path)
+    assert module.resets_done == 2 and twin.resets_done == 0
+    for k, v in module.target_network.state_dict().items():
+        assert torch.equal(v, target_before[k]), k
+    ours, theirs = module.online_network, twin.online_network
+    w, w_twin = ours.float_head[0].weight, theirs.float_head[0].weight
+    # two shrinks by 0.5 towards independent draws: the norm of the difference is about
+    # that of a weight matrix itself, far above eight steps of lr 1e-3
+    assert float((w - w_twin).norm() / w_twin.norm()) > 0.3
+    a, a_twin = ours.advantage[0].weight, theirs.advantage[0].weight
+    assert float((a - a_twin).norm() / a_twin.norm()) > 1.0  # drawn anew: independent
+    ckpt: dict = {}
+    module.on_save_checkpoint(ckpt)
+    assert ckpt["learner_counters"]["resets_done"] == 2
