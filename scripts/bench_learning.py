@@ -212,8 +212,12 @@ def maps_of(option: str) -> list[str]:
     return [e if isinstance(e, str) else e["map"] for e in cycle]
 
 
-def run_training(option: str, minutes: float, extra: list[str], out_dir: Path) -> Path:
-    """One training run (a subprocess, as a user runs it); returns its output dir."""
+def run_training(
+    option: str, minutes: float, extra: list[str], out_dir: Path, tracking_uri: str
+) -> Path:
+    """One training run (a subprocess, as a user runs it) recorded in the tracking store its
+    row is read back from (so --tracking-uri never shows in a row's overrides); returns its
+    output dir."""
     args = [
         sys.executable,
         str(ROOT / "scripts" / "train.py"),
@@ -222,6 +226,7 @@ def run_training(option: str, minutes: float, extra: list[str], out_dir: Path) -
         f"run_name=bench-{option}-{minutes:g}min",
         f"hydra.run.dir={out_dir}",
         "trainer.progress_bar=false",
+        f"logger.tracking_uri={tracking_uri}",
         *extra,
     ]
     print(f"[bench] {' '.join(args[1:])}", flush=True)
@@ -405,7 +410,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--maps", nargs="+", default=BUILTIN, help="conf/map options")
     ap.add_argument("--results", default="docs/bench_learning.json", help="rows (committed)")
-    ap.add_argument("--tracking-uri", default="sqlite:///outputs/mlflow.db")
+    ap.add_argument(
+        "--tracking-uri",
+        default="sqlite:///outputs/mlflow.db",
+        help="the MLflow store the runs are recorded in and read back from",
+    )
     ap.add_argument("--page", default="docs/benchmarks.md", help="the docs page of the tables")
     ap.add_argument("--no-page", action="store_true", help="do not write the page")
     ap.add_argument("--force", action="store_true", help="rerun rows already in the results")
@@ -445,7 +454,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
         out_dir = ROOT / "outputs" / "bench_learning" / f"{stamp}_{option}_{args.minutes:g}min"
-        run_training(option, args.minutes, run_extra, out_dir)
+        run_training(option, args.minutes, run_extra, out_dir, args.tracking_uri)
         run_id, history = read_run(out_dir, args.tracking_uri)
         rows = []
         end_s = max((h["wall_s"] for h in history), default=0.0)

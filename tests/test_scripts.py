@@ -171,6 +171,18 @@ def test_bench_learning_curve_by_hand():
     assert len(bench.curves_table([{**row, "curve": None, "run_id": "x"}]).splitlines()) == 2
 
 
+def test_bench_learning_records_each_run_where_it_reads_it_back(monkeypatch, tmp_path):
+    """A run is recorded in --tracking-uri's store, passed before the lever's overrides, so
+    that its row is read back from the store it went to and no row names the store."""
+    bench = load_script("bench_learning")
+    seen = []
+    monkeypatch.setattr(bench.subprocess, "run", lambda args, **kw: seen.append(args))
+    uri = "sqlite:///elsewhere/mlflow.db"
+    bench.run_training("technical", 10, ["network.layer_norm=true"], tmp_path, uri)
+    (args,) = seen
+    assert args[-2:] == [f"logger.tracking_uri={uri}", "network.layer_norm=true"]
+
+
 def test_bench_learning_readme_lists_every_saved_row_defaults_first():
     bench = load_script("bench_learning")
     keys = [
