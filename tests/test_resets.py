@@ -10,7 +10,7 @@ import torch
 from omegaconf import OmegaConf
 
 from trackmind.agent.network_config import build_network
-from trackmind.agent.resets import reset_due, reset_optimizer_state_, shrink_perturb_
+from trackmind.agent.resets import reset_optimizer_state_, reset_slot, shrink_perturb_
 from trackmind.errors import ConfigError
 from trackmind.training.module import IQNLightningModule
 
@@ -18,16 +18,17 @@ ROOT = Path(__file__).resolve().parents[1]
 FLOATS = 184
 
 
-def test_resets_fall_every_n_frames_and_none_from_the_end():
-    # every 100 frames, none at or after 350: resets at 100, 200 and 300 only
-    assert not reset_due(99, 100, 350, done=0)
-    assert reset_due(100, 100, 350, done=0)
-    assert not reset_due(199, 100, 350, done=1)
-    assert reset_due(250, 100, 350, done=1)  # late frames still owe the second reset
-    assert reset_due(300, 100, 350, done=2)
-    assert not reset_due(10_000, 100, 350, done=3)  # the fourth would fall at 400 >= 350
-    assert reset_due(10_000, 100, 0, done=3)  # until 0: no end
-    assert not reset_due(10_000, 0, 0, done=0)  # every 0: off
+def test_resets_fall_every_n_frames_once_each_and_none_from_the_end():
+    # every 100 frames, none at or after 350: slots 1, 2 and 3 (frames 100, 200, 300)
+    assert reset_slot(99, 100, 350, last=0) is None
+    assert reset_slot(100, 100, 350, last=0) == 1
+    assert reset_slot(199, 100, 350, last=1) is None  # slot 1 done
+    assert reset_slot(300, 100, 350, last=1) == 3  # slot 2 passed unseen: one reset, not two
+    assert reset_slot(399, 100, 350, last=3) is None
+    assert reset_slot(10_000, 100, 350, last=3) is None  # slot 4 falls at 400 >= 350
+    assert reset_slot(1_500, 100, 0, last=3) == 15  # a resumed run: one reset, then slot 15
+    assert reset_slot(1_550, 100, 0, last=15) is None
+    assert reset_slot(10_000, 0, 0, last=0) is None  # every 0: off
 
 
 def _pair() -> torch.nn.Sequential:
@@ -100,6 +101,8 @@ def test_reset_keys_are_checked_where_the_config_names_them():
         _module(reset_shrink=1.5)
     with pytest.raises(ConfigError, match=r"learner\.reset_every_frames"):
         _module(reset_every_frames=-1)
+    with pytest.raises(ConfigError, match=r"learner\.reset_until_frames.*no reset falls"):
+        _module(reset_every_frames=2000, reset_until_frames=1000)
 
 
 def _batches(n: int, b: int = 16) -> list[dict[str, torch.Tensor]]:
@@ -155,3 +158,7 @@ def test_a_run_resets_on_schedule_and_keeps_its_target(tmp_path):
     ckpt: dict = {}
     module.on_save_checkpoint(ckpt)
     assert ckpt["learner_counters"]["resets_done"] == 2
+    assert ckpt["learner_counters"]["reset_slot"] == 2  # the last reset: slot 2, 4,000 frames
+    # the optimizer state restarted at the last reset (batch 3, frames 4,000): 5 steps since
+    opt = module.optimizers().optimizer
+    assert {int(st["step"]) for st in opt.state.values()} == {5}

@@ -16,14 +16,18 @@ import torch
 from torch import nn
 
 
-def reset_due(frames: int, every: int, until: int, done: int) -> bool:
-    """Is the (done + 1)-th reset due at this frame count? Resets fall every `every` frames
-    (0: never), the last one before `until` (0: no end), so the final weights have time to
-    re-learn."""
+def reset_slot(frames: int, every: int, until: int, last: int) -> int | None:
+    """The schedule slot (frames // every) whose reset is due now, or None. Resets fall
+    every `every` frames (0: never), none at or after `until` (0: no end), so the final
+    weights have time to re-learn. `last` is the slot of the last reset (0: none yet): a
+    learner that finds several slots passed (a resumed run, a long warm-up) resets once,
+    for the latest, instead of once per batch until it catches up."""
     if every <= 0:
-        return False
-    at = (done + 1) * every
-    return frames >= at and (until <= 0 or at < until)
+        return None
+    slot = frames // every
+    if slot <= last or (until > 0 and slot * every >= until):
+        return None
+    return slot
 
 
 def shrink_perturb_(

@@ -202,11 +202,11 @@ def grandprix_map(seed: int, length_m: float = 2500.0) -> Track:
 def narrow_map(seed: int, length_m: float = 1500.0) -> Track:
     """A procedural map on a real circuit's road, with its chicanes.
 
-    Zero-shot races on real circuits stop at chicanes on roads narrower than any procedural
-    map (scripts/failure_points.py: 8.7% of the chicanes met against 1.0% of other braking
-    zones, most at half-widths of 3.6-5.9 m). This family keeps the procedural map's length
-    and pieces but draws half-widths of 3.5-7.5 m, as the database's roads, and makes a
-    quarter of its draws a chicane (two opposite arcs of (half-width + 4 m) x 1-3 radius).
+    Zero-shot races on real circuits stop at chicanes (scripts/failure_points.py: 8.7% of
+    the chicanes met against 1.0% of other braking zones), most of them on roads narrower
+    than any procedural map. This family keeps the procedural map's length and pieces but
+    draws half-widths of 3.5-7.5 m, as the database's roads, and makes a quarter of its
+    draws a chicane (two opposite arcs of (half-width + 4 m) x 1-3 radius).
     Same seed, same map.
     """
     return _generated_map("narrow", seed, length_m, 3.5, 7.5, _narrow_pieces)

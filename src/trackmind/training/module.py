@@ -29,7 +29,7 @@ from trackmind.agent.network import (
     random_taus,
     stratified_symmetric_taus,
 )
-from trackmind.agent.resets import reset_due, reset_optimizer_state_, shrink_perturb_
+from trackmind.agent.resets import reset_optimizer_state_, reset_slot, shrink_perturb_
 from trackmind.agent.schedules import Schedule
 from trackmind.errors import ConfigError, check_schema, require
 from trackmind.training.captured_step import CapturedStep
@@ -190,6 +190,12 @@ class LearnerConfig:
             f"{key}.munchausen_alpha",
             "Munchausen targets replace double DQN and advantage learning: turn those off",
         )
+        ev, un = self.reset_every_frames, self.reset_until_frames
+        require(
+            un == 0 or ev == 0 or un > ev,
+            f"{key}.reset_until_frames",
+            f"must be 0 or above reset_every_frames ({ev}), else no reset falls: got {un!r}",
+        )
         rs = self.reset_shrink
         require(0 <= rs <= 1, f"{key}.reset_shrink", f"must be in [0, 1], got {rs!r}")
         tau = self.target_tau
@@ -304,6 +310,7 @@ class IQNLightningModule(L.LightningModule):
         self._nonfinite: torch.Tensor | None = None  # device counters: [in a row, in total]
         self._raw_optimizer: torch.optim.Optimizer | None = None  # the one device_update steps
         self.resets_done = 0
+        self.reset_slot = 0  # schedule slot (frames // reset_every_frames) of the last reset
         names = dict(network.named_modules())
         bad = [m for m in self.cfg.reset_modules if not m or m not in names]
         require(
@@ -490,13 +497,15 @@ class IQNLightningModule(L.LightningModule):
         while self.samples_since_target_update >= every:
             soft_update(self.target_network, self.online_network, float(self.cfg.target_tau))
             self.samples_since_target_update -= every
-        if reset_due(
+        slot = reset_slot(
             self.frames(),
             int(self.cfg.reset_every_frames),
             int(self.cfg.reset_until_frames),
-            self.resets_done,
-        ):
+            self.reset_slot,
+        )
+        if slot is not None:
             self.reset_online()
+            self.reset_slot = slot
         if self.acting_network is not None:
             soft_update(
                 self.acting_network,
@@ -542,6 +551,7 @@ class IQNLightningModule(L.LightningModule):
             "samples_since_target_update": int(self.samples_since_target_update),
             "nonfinite_skipped": int(self.guard.skipped),
             "resets_done": int(self.resets_done),
+            "reset_slot": int(self.reset_slot),
         }
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
@@ -559,6 +569,7 @@ class IQNLightningModule(L.LightningModule):
         self.samples_since_target_update = int(c.get("samples_since_target_update", 0))
         self.guard.skipped = int(c.get("nonfinite_skipped", 0))
         self.resets_done = int(c.get("resets_done", 0))
+        self.reset_slot = int(c.get("reset_slot", 0))
 
     def validation_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int):
         loss, _, _ = self.compute_loss(batch)
