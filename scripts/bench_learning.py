@@ -212,6 +212,16 @@ def maps_of(option: str) -> list[str]:
     return [e if isinstance(e, str) else e["map"] for e in cycle]
 
 
+def store_uri(uri: str) -> str:
+    """A relative SQLite store (sqlite:///outputs/mlflow.db) made absolute against the
+    repository, where the training runs start: the read-back then opens the same file from
+    any working directory. Other URIs are returned as they are."""
+    prefix = "sqlite:///"
+    if uri.startswith(prefix) and not uri.startswith(prefix + "/"):
+        return prefix + str(ROOT / uri[len(prefix) :])
+    return uri
+
+
 def run_training(
     option: str, minutes: float, extra: list[str], out_dir: Path, tracking_uri: str
 ) -> Path:
@@ -425,6 +435,7 @@ def main(argv: list[str] | None = None) -> int:
         "--table-only", action="store_true", help="only write the page's tables from the results"
     )
     args = ap.parse_args(argv)
+    args.tracking_uri = store_uri(args.tracking_uri)
     if not args.minutes > 0:
         print(f"error: --minutes must be > 0, got {args.minutes:g}", file=sys.stderr)
         return 2

@@ -211,9 +211,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             zone = stop_zone(zones, r["progress"] * track.length_m)
         rows.append(row(r["map"], r, zone, extremes))
-        if r["finish_rate"] > 0:
+        if r["finish_rate"] > 0 or zone is None:  # finished, or stopped past the last zone
             done += zones
-        elif zone is not None:
+        if r["finish_rate"] == 0 and zone is not None:
             failed.append(zone)
             done += [z for z in zones if z["s"] < zone["s"]]
     ext = {f: round(v, 1) for f, v in extremes.items()}  # for the page's text

@@ -181,6 +181,10 @@ def test_bench_learning_records_each_run_where_it_reads_it_back(monkeypatch, tmp
     bench.run_training("technical", 10, ["network.layer_norm=true"], tmp_path, uri)
     (args,) = seen
     assert args[-2:] == [f"logger.tracking_uri={uri}", "network.layer_norm=true"]
+    # a relative SQLite store is the repository's, wherever the benchmark is started from
+    assert bench.store_uri("sqlite:///outputs/mlflow.db") == f"sqlite:///{ROOT}/outputs/mlflow.db"
+    assert bench.store_uri("sqlite:////abs/mlflow.db") == "sqlite:////abs/mlflow.db"
+    assert bench.store_uri("http://127.0.0.1:5000") == "http://127.0.0.1:5000"
 
 
 def test_bench_learning_readme_lists_every_saved_row_defaults_first():
