@@ -4,8 +4,8 @@ learns from a small, often re-read buffer able to learn (its plasticity).
 A reset moves every weight part of the way back to a fresh initialisation,
 ``w <- shrink * w + (1 - shrink) * w_fresh`` (Ash & Adams 2020; BBF shrinks to 0.5), and
 draws the named modules (the last layers, which overfit first) afresh outright. What the
-network knew survives in the shrunk weights, in the target network (left as it is: the
-online network re-learns from its targets) and in the replay buffer.
+network knew survives in the shrunk weights and in the replay buffer. The target network
+is not reset, but its soft updates carry the reset weights into it within seconds.
 """
 
 from __future__ import annotations

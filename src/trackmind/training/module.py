@@ -497,15 +497,14 @@ class IQNLightningModule(L.LightningModule):
         while self.samples_since_target_update >= every:
             soft_update(self.target_network, self.online_network, float(self.cfg.target_tau))
             self.samples_since_target_update -= every
-        slot = reset_slot(
-            self.frames(),
-            int(self.cfg.reset_every_frames),
-            int(self.cfg.reset_until_frames),
-            self.reset_slot,
-        )
-        if slot is not None:
-            self.reset_online()
-            self.reset_slot = slot
+        every = int(self.cfg.reset_every_frames)
+        if every > 0:  # off by default: no frame read on the hot path
+            slot = reset_slot(
+                self.frames(), every, int(self.cfg.reset_until_frames), self.reset_slot
+            )
+            if slot is not None:
+                self.reset_online()
+                self.reset_slot = slot
         if self.acting_network is not None:
             soft_update(
                 self.acting_network,
