@@ -58,6 +58,7 @@ import torch.nn.functional as F
 from omegaconf import OmegaConf
 from torch import nn
 
+from trackmind.agent.network import conv_layout_for
 from trackmind.agent.network_config import NetworkConfig, build_network, network_config
 from trackmind.cli import OneLineParser, int_at_least, positive_float
 from trackmind.replay.buffers import ReplayBuffers, make_buffers
@@ -194,7 +195,9 @@ class Ours:
         self.prefetcher = None
         if prefetch > 0:
             pin = stepper.device.type == "cuda"
-            self.prefetcher = BatchPrefetcher(lambda: rb.sample(batch), prefetch, pin=pin)
+            self.prefetcher = BatchPrefetcher(
+                lambda: rb.sample(batch), prefetch, pin=pin, device=stepper.device
+            )
         self.captured = None
         if graph:  # the learner's update as one CUDA graph (learner.cuda_graph)
             module._raw_optimizer = stepper.opt
@@ -207,6 +210,10 @@ class Ours:
         else:
             batch = self.rb.sample(self.batch)
         self.sample_s += time.perf_counter() - t0
+        self.update(batch)
+
+    def update(self, batch: dict) -> None:
+        """The step after sampling: batch to the device, forwards, loss, backward, optimizer."""
         dev = self.stepper.device
         batch = {k: v.to(dev, non_blocking=True) for k, v in batch.items()}
         if self.captured is not None:
@@ -319,7 +326,7 @@ def bench_preset(name: str, devices: list[str], args, learner: dict) -> list[dic
         return buffers[device]
 
     rows = []
-    for device, precision, mode, prefetch, graph, frames in combos(devices, args):
+    for device, precision, mode, prefetch, graph, frames, channels_last in combos(devices, args):
         # every combination compiles anew: dynamo's per-function cache (8 entries) would
         # otherwise fill up over the rows and run the later "compiled" ones eagerly
         torch.compiler.reset()
@@ -328,6 +335,8 @@ def bench_preset(name: str, devices: list[str], args, learner: dict) -> list[dic
             continue
         rb = buffer_on(device.type if frames == "device" else "cpu")
         net = build_network(nc, FLOAT_DIM, frame).to(device)
+        if channels_last:  # NHWC convolutions on a GPU, as the learner runs them there
+            conv_layout_for(net, device)
         # learner.compile and learner.cuda_graph, as a training run sets them
         compiled = {**learner, "compile": mode, "cuda_graph": graph}
         module = IQNLightningModule(net, compiled, nc.n_quantiles_train, nc.n_quantiles_target)
@@ -339,12 +348,14 @@ def bench_preset(name: str, devices: list[str], args, learner: dict) -> list[dic
         n_ref = sum(p.numel() for p in ref.online.parameters())
         assert n_ours == n_ref, f"{name}: the reference has {n_ref} parameters, ours {n_ours}"
         ours_s, ref_s, shares, steps = interleave(ours, ref, device, args)
+        apart = time_apart(ours, device, args.batch)
         if args.profile:
             print_profile(
                 ours,
                 device,
                 args.profile,
-                f"{name} {device.type} {precision} graph {int(graph)} frames {frames}",
+                f"{name} {device.type} {precision} graph {int(graph)} frames {frames} "
+                f"channels_last {int(channels_last)}",
             )
         if ours.prefetcher is not None:
             ours.prefetcher.close()
@@ -366,12 +377,15 @@ def bench_preset(name: str, devices: list[str], args, learner: dict) -> list[dic
                 "frame_bytes": math.prod(nc.image_shape) if nc.image_shape else None,
                 "transitions": transitions,
                 "steps": steps,
+                "channels_last": channels_last,
+                **apart,
             }
         )
         print(
             f"{name} on {device.type}, {precision}, compile {mode}, prefetch {prefetch}, "
-            f"graph {int(graph)}, frames on {frames}: {rows[-1]['ours']:,.0f} samples/s "
-            f"({rows[-1]['ours'] / args.batch:,.1f} batches/s)",
+            f"graph {int(graph)}, frames on {frames}, channels_last {int(channels_last)}: "
+            f"{rows[-1]['ours']:,.0f} samples/s ({rows[-1]['ours'] / args.batch:,.1f} batches/s);"
+            f" apart: sample {apart['sample_ms']:.2f} ms, update {apart['update_ms']:.2f} ms",
             flush=True,
         )
         del ours, ref, module, net, stepper
@@ -395,9 +409,9 @@ def print_profile(ours: Ours, device: torch.device, steps: int, label: str) -> N
 
 
 def combos(devices: list[str], args) -> list[tuple]:
-    """(device, precision, compile, prefetch, graph, frames) of each row. Frames on the
-    device are GPU rows only; a CPU "graph" row runs the update it would capture, eagerly (a
-    dry run of the GPU rows)."""
+    """(device, precision, compile, prefetch, graph, frames, channels_last) of each row.
+    Frames on the device are GPU rows only; a CPU "graph" row runs the update it would
+    capture, eagerly (a dry run of the GPU rows)."""
     out = []
     for d in devices:
         gpu = d == "cuda"
@@ -406,7 +420,8 @@ def combos(devices: list[str], args) -> list[tuple]:
                 for q in args.prefetch:
                     for g in args.cuda_graph:  # on a CPU: the same update, eager
                         for f in args.frames if gpu else ["host"]:
-                            out.append((torch.device(d), p, c, q, bool(g), f))
+                            for cl in args.channels_last if gpu else [0]:
+                                out.append((torch.device(d), p, c, q, bool(g), f, bool(cl)))
     return out
 
 
@@ -435,6 +450,28 @@ def interleave(ours: Ours, ref: Reference, device, args):
     return ours_s, ref_s, shares, steps
 
 
+def time_apart(ours: Ours, device, batch: int, n: int = 10) -> dict[str, float]:
+    """Milliseconds of sampling alone and of the update alone (on one fixed batch), each
+    synchronised: which of the two bounds the overlapped step, and the GPU step's own time
+    (for a graph row, its replay)."""
+
+    def median_ms(fn) -> float:
+        times = []
+        for _ in range(n):
+            sync(device)
+            t0 = time.perf_counter()
+            fn()
+            sync(device)
+            times.append(time.perf_counter() - t0)
+        return 1e3 * statistics.median(times)
+
+    fixed = ours.rb.sample(batch)
+    return {
+        "sample_ms": median_ms(lambda: ours.rb.sample(batch)),
+        "update_ms": median_ms(lambda: ours.update(fixed)),
+    }
+
+
 def default_transitions(nc: NetworkConfig, quick: bool) -> int:
     """20k transitions; 10k for 120x160 frames (memory, fill time); a quarter with --quick."""
     big = nc.image_shape is not None and math.prod(nc.image_shape) > 10_000
@@ -450,17 +487,19 @@ def print_table(rows: list[dict], args) -> None:
     print(f"devices: {device_names(sorted({r['device'] for r in rows}))}")
     print(
         "| preset | device | precision | compile | graph | frames | prefetch | ours samples/s "
-        "| batches/s | eager ref samples/s | ratio | collate share | bytes/transition | x frame |"
+        "| batches/s | eager ref samples/s | ratio | collate share | sample ms | update ms "
+        "| bytes/transition | x frame |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         frame = f"{r['bytes'] / r['frame_bytes']:.2f}" if r["frame_bytes"] else "no frame"
         print(
             f"| {r['preset']} | {r['device']} | {r['precision']} | {r['compile']} "
-            f"| {graph_label(r)} | {r['frames']} "
+            f"| {graph_label(r)}{' NHWC' if r.get('channels_last') else ''} | {r['frames']} "
             f"| {r['prefetch']} | {r['ours']:,.0f} | {r['ours'] / args.batch:,.1f} "
             f"| {r['ref']:,.0f} "
-            f"| {r['ours'] / r['ref']:.2f} | {100 * r['share']:.1f}% | {r['bytes']:,.0f} "
+            f"| {r['ours'] / r['ref']:.2f} | {100 * r['share']:.1f}% | {r['sample_ms']:.2f} "
+            f"| {r['update_ms']:.2f} | {r['bytes']:,.0f} "
             f"| {frame} |"
         )
     for r in rows:
@@ -592,6 +631,15 @@ def main(argv: list[str] | None = None) -> int:
         choices=("host", "device"),
         default=["host"],
         help="GPU rows: the buffer's frames in host memory or on the GPU, a row each",
+    )
+    ap.add_argument(
+        "--channels-last",
+        nargs="+",
+        type=int,
+        choices=(0, 1),
+        default=[1],
+        help="GPU rows: 1 runs our convolutions channels_last (NHWC), as a GPU learner does; "
+        "0 in NCHW; a row each",
     )
     ap.add_argument("--json", type=Path, help="also write the rows to this JSON file")
     ap.add_argument(

@@ -5,19 +5,22 @@
     python scripts/gpu_check.py --dry-run       # the same steps on the CPU, tiny budgets
     python scripts/gpu_check.py --report DIR --docs docs/gpu.md   # a saved check's table
 
-Three measurements, each a subprocess with its own time limit, so the whole check ends well
+Four measurements, each a subprocess with its own time limit, so the whole check ends well
 inside 8 minutes:
-1. bench_learner.py, iqn_linesight at batch 512 in bf16: eager and captured (CUDA graph),
-   frames in host memory and on the GPU, each row with a torch.profiler table (learner.txt);
-2. bench_collectors.py, local backend, the GPU recipe's collectors with no learner, once per
-   inference layout (a network per collector process, one inference server for all, and the
-   server in bf16): the
-   collection capacity, with each collector's ms per car-action split into game step and
-   inference (for the server: the wait for its answer);
-3. train.py experiment=linesight_gpu for --train-s seconds (CSV logger), with nvidia-smi
+1. bench_inference.py: the network's forward for a batch of cars (32 taus) alone, fp32, TF32
+   and bf16, NCHW and NHWC (inference.json);
+2. bench_learner.py, iqn_linesight at batch 512 in bf16, frames on the GPU, convolutions NHWC:
+   eager and captured (CUDA graph), each row with the step alone and the sampling alone timed
+   and a torch.profiler table (learner.txt);
+3. bench_collectors.py, local backend, the GPU recipe's collectors with no learner, once per
+   layout of --capacity (default: the inference server in fp32 with TF32 matmuls, and in
+   bf16): the collection capacity, with each collector's ms per car-action split into game
+   step and inference (for the server: the wait for its answer);
+4. train.py experiment=linesight_gpu for --train-s seconds (CSV logger), with nvidia-smi
    sampling GPU utilisation and memory beside it.
-The folder keeps learner.json, collectors_<layout>.json, metrics.csv and gpu.json, from which
-`--report` rebuilds the table (docs/gpu.md's is generated so, from docs/results/gpu/).
+The folder keeps inference.json, learner.json, collectors_<layout>.json, metrics.csv and
+gpu.json, from which `--report` rebuilds the table (docs/gpu.md's is generated so, from
+docs/results/gpu/).
 The table that ends the output holds the figures issue "The GPU box at full speed" asks for,
 beside their targets, and the wall time of Linesight's 5-million-action recipe at replay ratio
 32 that those figures imply. Without CUDA it says so in one line (exit 2), unless --dry-run.
@@ -45,6 +48,7 @@ CAPACITY_VARIANTS = {  # file label -> overrides of the recipe's collectors
     "server": ["collector.inference=server"],
     "server_bf16": ["collector.inference=server", "collector.precision=bf16"],
 }
+DEFAULT_CAPACITY = ("server", "server_bf16")  # the recipe's layout, in both precisions
 LINESIGHT_ACTIONS = 5_000_000
 REPLAY_RATIO = 32
 TARGETS = {
@@ -179,7 +183,9 @@ def verdict(v: float | None, target: float, above: bool = True) -> str:
     return "met" if (v >= target if above else v < target) else "missed"
 
 
-def table(learner: dict, capacity: dict[str, dict], run: dict, gpu: dict, device: str) -> str:
+def table(
+    learner: dict, capacity: dict[str, dict], run: dict, gpu: dict, device: str, inference: dict
+) -> str:
     """The check's one table, markdown."""
     minutes = recipe_minutes(run.get("samples_per_s"), run.get("transitions_per_s"))
     t = TARGETS
@@ -192,12 +198,26 @@ def table(learner: dict, capacity: dict[str, dict], run: dict, gpu: dict, device
     for r in learner.get("rows", []):
         graph = "failed" if r.get("graph_failed") else ("yes" if r["graph"] else "no")
         b = r["ours"] / r["batch"]
+        apart = ""
+        if "update_ms" in r:
+            apart = f"; apart: step {r['update_ms']:.2f} ms, sampling {r['sample_ms']:.2f} ms"
+        layout = ", NHWC" if r.get("channels_last") else ""
         lines.append(
             f"| bench_learner {r['preset']}, batch {r['batch']}, {r['precision']}, CUDA graph "
-            f"{graph}, frames on {r['frames']} (eager reference {r['ref'] / r['batch']:,.0f}) "
+            f"{graph}, frames on {r['frames']}{layout} (eager reference "
+            f"{r['ref'] / r['batch']:,.0f}{apart}) "
             f"| {b:,.1f} batches/s | >= {t['learner_bench']:.0f} | "
             f"{verdict(b, t['learner_bench'])} |"
         )
+    inf_rows = inference.get("rows", [])
+    top = max((r["batch"] for r in inf_rows), default=None)
+    for r in inf_rows:
+        if r["batch"] == top and r["layout"] == "NHWC":
+            lines.append(
+                f"| inference alone ({r['taus']} taus), batch {r['batch']}, {r['precision']}, "
+                f"NHWC: ms per car-action | {r['ms_per_car']:.4f} ({r['tflops']:.0f} TFLOP/s) "
+                "| | |"
+            )
     for label, c in capacity.items():
         cap = c.get("transitions_per_s")
         layout = " ".join(CAPACITY_VARIANTS.get(label, [label])).replace("collector.", "")
@@ -242,6 +262,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="folder for the raw files (default: a temp dir)")
     ap.add_argument("--train-s", type=float, default=180.0, help="seconds of the real run")
     ap.add_argument("--dry-run", action="store_true", help="the same steps on the CPU, briefly")
+    ap.add_argument(
+        "--capacity",
+        nargs="+",
+        choices=tuple(CAPACITY_VARIANTS),
+        default=list(DEFAULT_CAPACITY),
+        help="collector layouts whose capacity is measured (process: a network per collector)",
+    )
     ap.add_argument("--report", type=Path, help="only print the table of a finished check's folder")
     ap.add_argument("--docs", type=Path, help="with --report: write the table into this page")
     args = ap.parse_args(argv)
@@ -265,13 +292,18 @@ def main(argv: list[str] | None = None) -> int:
     learner_json = out / "learner.json"
     bench = [py, str(ROOT / "scripts" / "bench_learner.py"), "--devices", dev]
     preset = "iqn_cpu" if args.dry_run else "iqn_linesight"
+    inf = [py, str(ROOT / "scripts" / "bench_inference.py"), "--devices", dev]
+    inf += ["--batches", "1", "4"] if args.dry_run else ["--batches", "32", "128", "416"]
+    inf += ["--reps", "2" if args.dry_run else "20", "--json", str(out / "inference.json")]
+    run_step("inference alone", inf, 60, out / "inference.txt")
+
     bench += ["--presets", preset, "--precision", "bf16", "--cuda-graph", "0", "1"]
     bench += ["--prefetch", "1", "--threads", "4", "--json", str(learner_json)]
     bench += ["--profile", "3" if args.dry_run else "20"]  # where each row's step time goes
     if args.dry_run:
         bench += ["--repeats", "1", "--repeat-s", "0.2", "--transitions", "1500"]
     else:
-        bench += ["--frames", "host", "device", "--repeats", "3", "--repeat-s", "0.5"]
+        bench += ["--frames", "device", "--repeats", "3", "--repeat-s", "0.5"]
         bench += ["--transitions", "5000"]
     run_step("learner rows", bench, 40 if args.dry_run else 90, out / "learner.txt")
 
@@ -281,7 +313,8 @@ def main(argv: list[str] | None = None) -> int:
         recipe += ["learner.cuda_graph=false", "collector.processes=1", "learner.batch_size=32"]
         recipe += ["buffer.learning_starts=500", "network=iqn_cpu"]
     # one network per collector, one server for all, and the server in bf16
-    for label, extra in CAPACITY_VARIANTS.items():
+    for label in args.capacity:
+        extra = CAPACITY_VARIANTS[label]
         cap_json = out / f"collectors_{label}.json"
         cap = [py, str(ROOT / "scripts" / "bench_collectors.py"), "--backends", "local"]
         cap += ["--json", str(cap_json), "--repeats", "1", *recipe, *extra]
@@ -323,7 +356,8 @@ def report(folder: Path) -> str:
         label = path.stem.removeprefix("collectors_")
         capacity[label] = load(path.name).get("local", {})
     figures = run_figures(read_metrics(folder / "metrics.csv"), int(gpu.get("batch", BATCH)))
-    return table(load("learner.json"), capacity, figures, gpu, gpu.get("device", "n/a"))
+    device = gpu.get("device", "n/a")
+    return table(load("learner.json"), capacity, figures, gpu, device, load("inference.json"))
 
 
 BEGIN, END = "<!-- gpu-check table: begin -->", "<!-- gpu-check table: end -->"

@@ -13,7 +13,7 @@ from contextlib import nullcontext
 
 import torch
 
-from trackmind.agent.network import IQNNetwork, midpoint_taus, random_taus
+from trackmind.agent.network import IQNNetwork, conv_layout_for, midpoint_taus, random_taus
 
 MODES = ("none", "script", "compile")
 Forward = Callable[[torch.Tensor | None, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -55,6 +55,9 @@ def make_inference_network(
     if mode not in MODES:
         raise ValueError(f"inference mode must be one of {', '.join(MODES)}, got {mode!r}")
     net.eval()
+    if net.float_mean.device.type == "cuda":
+        tune_cuda_process()
+        conv_layout_for(net, "cuda")
     if mode == "none":
         return InferenceNetwork(net, net, "none")
     try:
@@ -75,6 +78,15 @@ def make_inference_network(
         )
         return InferenceNetwork(net, net, "none")
     return InferenceNetwork(net, fn, mode)
+
+
+def tune_cuda_process() -> None:
+    """What a CUDA learner gets from Lightning, for a collector or server process that infers
+    on the GPU: TF32 tensor-core matmuls for float32 layers (a spawned process starts with
+    full-precision float32 matmuls, several times slower) and cuDNN's per-shape choice of
+    convolution kernels."""
+    torch.set_float32_matmul_precision("high")
+    torch.backends.cudnn.benchmark = True
 
 
 PRECISIONS = ("fp32", "bf16")

@@ -6,6 +6,13 @@ thread prepares the next ``depth`` batches while the learner's step runs on the 
 the collate leaves the critical path. On a CPU learner the thread competes with the learner's
 own threads for the same cores, so runs there keep it off (trainer.prefetch_batches: 0).
 
+On a GPU the thread samples on a CUDA stream of its own. On the learner's stream the batch's
+index copy and frame gather (frames stored on the GPU) would queue behind the step in flight,
+so the thread could not start the next batch until that step ended and the GPU would idle while
+the rest of the batch is collated. On a side stream the gather runs beside the step; ``take``
+makes the learner's stream wait for the batch's event and marks its tensors as used there
+(``record_stream``), so the caching allocator never hands their memory out too early.
+
 Batches come out in the order they were sampled; a prefetched batch was drawn from the buffer
 as it was up to ``depth`` steps earlier (and with the priorities of then), which replay does
 not notice. The buffers must be safe to sample from this thread while races and priority
@@ -21,6 +28,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import torch
 
 Batch = dict[str, torch.Tensor]
+Ready = tuple[Batch, "torch.cuda.Event | None"]
 
 
 def pinned(batch: Batch) -> Batch:
@@ -32,20 +40,37 @@ def pinned(batch: Batch) -> Batch:
 class BatchPrefetcher:
     """Keeps ``depth`` batches of ``sample()`` in flight on one worker thread."""
 
-    def __init__(self, sample: Callable[[], Batch], depth: int = 1, pin: bool = False) -> None:
+    def __init__(
+        self,
+        sample: Callable[[], Batch],
+        depth: int = 1,
+        pin: bool = False,
+        device: torch.device | str | None = None,
+    ) -> None:
         if depth < 1:
             raise ValueError(f"prefetch depth must be >= 1, got {depth}")
         self.sample = sample
         self.depth = int(depth)
         self.pin = bool(pin)
+        dev = torch.device(device) if device is not None else None
+        self.device = dev if dev is not None and dev.type == "cuda" else None
+        # the thread's own CUDA stream (None on a CPU learner)
+        self.stream = torch.cuda.Stream(self.device) if self.device is not None else None
         self._pool: ThreadPoolExecutor | None = ThreadPoolExecutor(
             1, thread_name_prefix="trackmind-prefetch"
         )
-        self._pending: deque[Future[Batch]] = deque()
+        self._pending: deque[Future[Ready]] = deque()
 
-    def _make(self) -> Batch:
-        batch = self.sample()
-        return pinned(batch) if self.pin else batch
+    def _make(self) -> Ready:
+        if self.stream is None:
+            batch = self.sample()
+            return (pinned(batch) if self.pin else batch), None
+        with torch.cuda.stream(self.stream):
+            batch = self.sample()
+            batch = pinned(batch) if self.pin else batch
+            done = torch.cuda.Event()
+            done.record(self.stream)
+        return batch, done
 
     def _fill(self) -> None:
         if self._pool is None:
@@ -59,8 +84,14 @@ class BatchPrefetcher:
         An exception raised while sampling comes out here, on the learner's thread.
         """
         self._fill()
-        batch = self._pending.popleft().result()
+        batch, done = self._pending.popleft().result()
         self._fill()
+        if done is not None:  # the learner's stream: after the gather, and owning the memory
+            stream = torch.cuda.current_stream(self.device)
+            stream.wait_event(done)
+            for v in batch.values():
+                if v.device.type == "cuda":
+                    v.record_stream(stream)
         return batch
 
     def close(self) -> None:

@@ -55,6 +55,7 @@ class StateStore:
         self.floats = torch.empty((self.rows, self.float_dim), dtype=torch.float32)
         self.potential = torch.empty((self.rows,), dtype=torch.float32)
         self._frames = self.frames.numpy() if self.device.type == "cpu" else None
+        self._copy_stream: torch.cuda.Stream | None = None  # GPU frames: made at first append
         self._floats = self.floats.numpy()
         self._potential = self.potential.numpy()
         self.base = 0
@@ -108,13 +109,29 @@ class StateStore:
             if self._frames is not None:
                 self._frames[dst] = frames[done : done + n]
             elif self.has_frames:
-                self.frames[dst].copy_(torch.from_numpy(frames[done : done + n]))
+                self._copy_to_device(self.frames[dst], frames[done : done + n])
             self._floats[dst] = floats[done : done + n]
             self._potential[dst] = potential[done : done + n]
             done += n
             start = 0
         self.written += k
         return first_gid
+
+    def _copy_to_device(self, dst: torch.Tensor, src: np.ndarray) -> None:
+        """Frames into GPU rows, done when this returns, without waiting for the learner.
+
+        A plain copy would queue on the learner's stream behind the step in flight and hold
+        the learner's thread (which adds races between steps) until that step ends, leaving
+        the GPU idle while the thread catches up. On a stream of its own the copy waits only
+        for itself."""
+        if self.device.type != "cuda":  # a tensor store off the GPU: a plain copy
+            dst.copy_(torch.from_numpy(src))
+            return
+        if self._copy_stream is None:
+            self._copy_stream = torch.cuda.Stream(self.device)
+        with torch.cuda.stream(self._copy_stream):
+            dst.copy_(torch.from_numpy(src))
+        self._copy_stream.synchronize()
 
     def gather(self, gids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Frames (on the store's device), floats and potentials of live gids (fresh tensors).

@@ -241,10 +241,17 @@ class ReplayDataModule(L.LightningDataModule):
                 lambda: self.buffers.sample(self.batch_size),
                 depth=self.prefetch_batches,
                 pin=self.pin_memory,  # pinned on the thread, off the critical path
+                device=self.sample_device,  # a GPU learner: the thread's own CUDA stream
             )
         # pinned by the DataLoader on the learner's thread only when nothing prefetches
         pin = self.pin_memory and self._prefetcher is None
         return DataLoader(_TrainStream(self), batch_size=None, num_workers=0, pin_memory=pin)
+
+    @property
+    def sample_device(self) -> torch.device | None:
+        """The learner's device (its trainer's), where batches are consumed; None unattached."""
+        trainer = getattr(self, "trainer", None)
+        return None if trainer is None else trainer.strategy.root_device
 
     def close_prefetcher(self) -> None:
         if self._prefetcher is not None:

@@ -26,6 +26,7 @@ from trackmind.agent.loss import Munchausen, NonFiniteGuard, iqn_loss
 from trackmind.agent.network import (
     IQNNetwork,
     SpectralLinear,
+    conv_layout_for,
     random_taus,
     stratified_symmetric_taus,
 )
@@ -322,6 +323,11 @@ class IQNLightningModule(L.LightningModule):
 
     # --- optimisation -------------------------------------------------------------------
     def configure_optimizers(self):
+        # the networks are on the learner's device now, and no optimizer holds their tensors
+        # yet: on a GPU their convolutions go channels_last (agent/network.conv_layout_for)
+        for net in (self.online_network, self.target_network, self.acting_network):
+            if net is not None:
+                conv_layout_for(net, self.device)
         opt_cls = torch.optim.RAdam if self.cfg.optimizer == "radam" else torch.optim.Adam
         lr: float | torch.Tensor = self.lr_schedule(0)
         extra = {}
