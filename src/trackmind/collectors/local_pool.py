@@ -12,6 +12,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -70,9 +71,13 @@ class LocalCollectorPool:
         self.procs[idx] = p
 
     def start(self) -> None:
+        """Spawn every process at once. A spawned child reads its arguments (the collector
+        spec, about 0.5 MB with the built-in maps) through a pipe only after importing the
+        parent's main module, and Process.start blocks until the pipe is read: one after the
+        other, 13 processes took 73 s to start on a 16-core GPU machine."""
         self.shared.stop.clear()
-        for i in range(len(self.procs)):
-            self._spawn(i)
+        with ThreadPoolExecutor(len(self.procs), thread_name_prefix="trackmind-spawn") as pool:
+            list(pool.map(self._spawn, range(len(self.procs))))
         self._started = True
         server = " and an inference server" if self.server is not None else ""
         log.info("started %d collector process(es)%s", self.n, server)
