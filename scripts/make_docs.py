@@ -34,7 +34,6 @@ DOCS = ROOT / "docs"
 RESULTS = DOCS / "results"
 IMG = DOCS / "img"
 MARK = re.compile(r"(<!-- table: (?P<name>[\w./-]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
-GPU_RESULTS = RESULTS / "gpu" / "2026-11-26-h100"
 
 
 def load_script(name: str):
@@ -190,8 +189,14 @@ def benchmarks_block(page_text: str) -> str:
 
 
 def gpu_block(page_text: str) -> str:
+    """docs/gpu.md with the table of the check folder its generated block names (the folder
+    a `gpu_check.py --report DIR --docs` last wrote it from)."""
     gpu = load_script("gpu_check")
-    return gpu.with_table(page_text, GPU_RESULTS, gpu.report(GPU_RESULTS))
+    named = re.search(r"gpu_check\.py --report (\S+): do not edit", page_text)
+    if named is None:
+        raise SystemExit("docs/gpu.md: its gpu-check block names no result folder")
+    folder = ROOT / named.group(1)
+    return gpu.with_table(page_text, folder, gpu.report(folder))
 
 
 def pages() -> dict[Path, str]:
