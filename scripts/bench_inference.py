@@ -12,7 +12,11 @@ format, at each batch size (a server's batch is every waiting collector's cars):
   what a freshly spawned process gets);
 - tf32: the same with TF32 tensor-core matmuls (`torch.set_float32_matmul_precision('high')`);
 - bf16: under bf16 autocast (collector.precision=bf16);
-- NHWC: the conv stack in channels_last memory format.
+- NHWC: the conv weights in channels_last memory format, as processes that infer on a GPU
+  keep them (with NCHW weights the first conv's GEMM still hands NHWC to the second).
+
+cuDNN's autotuning is off, as in collectors and the inference server (their batch sizes
+change); `--cudnn-benchmark` turns it on (each row's warm-up then includes the tuning).
 
 Beside the measured time each row gives the arithmetic it did (FLOPs of the forward,
 counted from the layer shapes) and the rate that implies, so the distance to the card's rate
@@ -96,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--layouts", nargs="+", choices=("NCHW", "NHWC"), default=["NCHW", "NHWC"])
     ap.add_argument("--reps", type=int_at_least(1), default=20)
+    ap.add_argument("--cudnn-benchmark", action="store_true", help="cuDNN autotuning on")
     ap.add_argument("--json", type=Path, help="also write the rows to this JSON file")
     args = ap.parse_args(argv)
     devices = args.devices or ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -106,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     nc = network_config(raw, FLOAT_DIM, frame)
     k = args.taus or nc.n_quantiles_inference
     torch.set_num_threads(1)  # a collector's one thread
-    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.benchmark = bool(args.cudnn_benchmark)
     rows = []
     for dev_name in devices:
         device = torch.device(dev_name)
@@ -149,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
             f"| {r['ms_per_batch']:.2f} | {r['ms_per_car']:.4f} | {r['tflops']:.1f} |"
         )
     if args.json:
-        args.json.write_text(json.dumps({"device": name, "rows": rows}, indent=1))
+        meta = {"device": name, "cudnn_benchmark": bool(args.cudnn_benchmark)}
+        args.json.write_text(json.dumps({**meta, "rows": rows}, indent=1))
     return 0
 
 

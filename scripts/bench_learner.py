@@ -58,7 +58,6 @@ import torch.nn.functional as F
 from omegaconf import OmegaConf
 from torch import nn
 
-from trackmind.agent.network import conv_layout_for
 from trackmind.agent.network_config import NetworkConfig, build_network, network_config
 from trackmind.cli import OneLineParser, int_at_least, positive_float
 from trackmind.replay.buffers import ReplayBuffers, make_buffers
@@ -335,13 +334,14 @@ def bench_preset(name: str, devices: list[str], args, learner: dict) -> list[dic
             continue
         rb = buffer_on(device.type if frames == "device" else "cpu")
         net = build_network(nc, FLOAT_DIM, frame).to(device)
-        if channels_last:  # NHWC convolutions on a GPU, as the learner runs them there
-            conv_layout_for(net, device)
         # learner.compile and learner.cuda_graph, as a training run sets them
         compiled = {**learner, "compile": mode, "cuda_graph": graph}
         module = IQNLightningModule(net, compiled, nc.n_quantiles_train, nc.n_quantiles_target)
         module.to(device)
         stepper = Stepper(module.configure_optimizers(), learner, device, precision)
+        if not channels_last:  # undo what configure_optimizers does on a GPU (before any step)
+            for n in (module.online_network, module.target_network):
+                n.to(memory_format=torch.contiguous_format)
         ours = Ours(rb, module, stepper, args.batch, prefetch, graph)
         ref = Reference(nc, learner, device, args.batch, precision)
         n_ours = sum(p.numel() for p in module.online_network.parameters())
@@ -638,8 +638,8 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         choices=(0, 1),
         default=[1],
-        help="GPU rows: 1 runs our convolutions channels_last (NHWC), as a GPU learner does; "
-        "0 in NCHW; a row each",
+        help="GPU rows: 1 keeps our conv weights channels_last (NHWC), as a GPU learner does; "
+        "0 in NCHW (the first conv's GEMM still gives NHWC); a row each",
     )
     ap.add_argument("--json", type=Path, help="also write the rows to this JSON file")
     ap.add_argument(

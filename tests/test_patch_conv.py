@@ -59,7 +59,26 @@ def test_network_first_conv_is_a_patch_conv_and_layout_stays_on_cpu():
     assert isinstance(convs[0], PatchConv2d) and not isinstance(convs[1], PatchConv2d)
     assert conv_layout_for(net, "cpu") is net
     assert convs[1].weight.is_contiguous()  # CPU runs keep their layout
-    net.to(memory_format=torch.channels_last)  # what conv_layout_for does on a GPU
     img = torch.randint(0, 256, (2, 1, 30, 40), dtype=torch.uint8)
-    out = net(img, torch.randn(2, 5), torch.rand(2, 3))
-    assert out.shape == (2, 3, 12) and torch.isfinite(out).all()
+    floats, taus = torch.randn(2, 5), torch.rand(2, 3)
+    before = net(img, floats, taus)
+    net.to(memory_format=torch.channels_last)  # what conv_layout_for does on a GPU
+    assert convs[1].weight.is_contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(net(img, floats, taus), before, rtol=1e-5, atol=1e-5)
+
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@needs_cuda
+def test_on_a_gpu_the_patch_path_equals_conv2d_eager_scripted_and_in_bf16():
+    m = PatchConv2d(1, 16, 4, 2).cuda()
+    conv_layout_for(m, "cuda")
+    x = torch.randn(8, 1, 120, 160, device="cuda")
+    ref = F.conv2d(x, m.weight.contiguous(), m.bias, 2)
+    torch.testing.assert_close(m(x), ref, rtol=2e-3, atol=2e-3)  # TF32 may be on
+    torch.testing.assert_close(torch.jit.script(m)(x), ref, rtol=2e-3, atol=2e-3)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        y = m(x)
+    assert y.dtype == torch.bfloat16
+    torch.testing.assert_close(y.float(), ref, rtol=5e-2, atol=5e-2)

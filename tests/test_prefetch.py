@@ -129,3 +129,28 @@ def test_the_datamodule_takes_prefetched_batches_and_closes_the_thread():
     plain = ReplayDataModule(rb, shared, 16, 1000.0, gamma=lambda: 1.0)
     plain.train_dataloader()
     assert plain._prefetcher is None and plain.next_batch()["action"].shape == (16,)
+
+
+def test_a_cpu_device_needs_no_stream():
+    p = BatchPrefetcher(Counter(), depth=1, device="cpu")
+    assert p.stream is None and int(p.take()["i"]) == 0
+    p.close()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_a_gpu_batches_are_sampled_on_the_thread_stream_and_ready_on_the_learner():
+    seen: list[int] = []
+
+    def on_gpu() -> dict[str, torch.Tensor]:
+        seen.append(torch.cuda.current_stream().stream_id)
+        big = torch.arange(1 << 20, device="cuda", dtype=torch.float32)
+        return {"x": big * 2.0, "i": torch.tensor([len(seen)])}
+
+    with BatchPrefetcher(on_gpu, depth=2, pin=True, device="cuda") as p:
+        for _ in range(4):
+            batch = p.take()
+            # the learner's stream waits for the gather: the values are complete here
+            assert float(batch["x"][-1]) == 2.0 * ((1 << 20) - 1)
+            assert batch["i"].is_pinned()
+    assert seen and set(seen) == {p.stream.stream_id}
+    assert torch.cuda.current_stream().stream_id not in seen

@@ -55,6 +55,13 @@ class LocalCollectorPool:
         self._started = False
 
     def _spawn(self, idx: int) -> None:
+        p = self._process(idx)
+        p.start()
+        self.procs[idx] = p
+
+    def _process(self, idx: int) -> Any:
+        """Process `idx` (a collector, or the server at index n), made but not started; its
+        link is made here, on the calling thread (SharedHandles.link grows shared lists)."""
         seed = self.seed * 1000 + idx * 17 + self.restarts
         link = self.shared.link(idx)
         if self.server is not None and idx == self.n:  # the inference server
@@ -66,9 +73,7 @@ class LocalCollectorPool:
                 link = dataclasses.replace(link, network=None)
             target, args = collector_process_fn, (self.spec, idx, link, seed, self.server)
             name = f"trackmind-collector-{idx}"
-        p = self._ctx.Process(target=target, args=args, name=name, daemon=True)
-        p.start()
-        self.procs[idx] = p
+        return self._ctx.Process(target=target, args=args, name=name, daemon=True)
 
     def start(self) -> None:
         """Spawn every process at once. A spawned child reads its arguments (the collector
@@ -76,9 +81,10 @@ class LocalCollectorPool:
         parent's main module, and Process.start blocks until the pipe is read: one after the
         other, 13 processes took 73 s to start on a 16-core GPU machine."""
         self.shared.stop.clear()
+        self.procs = [self._process(i) for i in range(len(self.procs))]
+        self._started = True  # stop() reaps whatever started, should another start fail
         with ThreadPoolExecutor(len(self.procs), thread_name_prefix="trackmind-spawn") as pool:
-            list(pool.map(self._spawn, range(len(self.procs))))
-        self._started = True
+            list(pool.map(lambda p: p.start(), self.procs))
         server = " and an inference server" if self.server is not None else ""
         log.info("started %d collector process(es)%s", self.n, server)
 
@@ -110,7 +116,7 @@ class LocalCollectorPool:
         return sum(1 for p in self.procs[: self.n] if p is not None and p.is_alive())
 
     def pids(self) -> list[int]:
-        return [p.pid for p in self.procs if p is not None]
+        return [p.pid for p in self.procs if p is not None and p.pid is not None]
 
     def metrics(self) -> dict[str, float]:
         return {}
@@ -136,7 +142,7 @@ class LocalCollectorPool:
                     p.kill()
                     p.join(2.0)
         for p in self.procs:
-            if p is not None:
+            if p is not None and p.pid is not None:  # started (a failed start leaves some not)
                 p.join(0.1)
         self._drain()
         self.shared.cleanup()

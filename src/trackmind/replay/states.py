@@ -56,6 +56,9 @@ class StateStore:
         self.potential = torch.empty((self.rows,), dtype=torch.float32)
         self._frames = self.frames.numpy() if self.device.type == "cpu" else None
         self._copy_stream: torch.cuda.Stream | None = None  # GPU frames: made at first append
+        # GPU frames: per stream, an event after its last gather, which a later overwrite of
+        # rows waits for (gathers run on the prefetch thread's stream, writes on their own)
+        self._gathered: dict[int, torch.cuda.Event] = {}
         self._floats = self.floats.numpy()
         self._potential = self.potential.numpy()
         self.base = 0
@@ -129,6 +132,8 @@ class StateStore:
             return
         if self._copy_stream is None:
             self._copy_stream = torch.cuda.Stream(self.device)
+        for done in list(self._gathered.values()):  # rows a gather in flight may still read
+            self._copy_stream.wait_event(done)
         with torch.cuda.stream(self._copy_stream):
             dst.copy_(torch.from_numpy(src))
         self._copy_stream.synchronize()
@@ -144,6 +149,12 @@ class StateStore:
             frames = torch.from_numpy(self._frames.take(rows, axis=0))
         else:
             frames = self.frames.index_select(0, torch.from_numpy(rows).to(self.device))
+            if self.device.type == "cuda":  # ordered before later writes, and before a free
+                stream = torch.cuda.current_stream(self.device)
+                self.frames.record_stream(stream)
+                done = torch.cuda.Event()
+                done.record(stream)
+                self._gathered[stream.stream_id] = done
         return (
             frames,
             torch.from_numpy(self._floats.take(rows, axis=0)),
