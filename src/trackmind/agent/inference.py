@@ -83,11 +83,13 @@ def make_inference_network(
 def tune_cuda_process() -> None:
     """TF32 tensor-core matmuls for float32 layers in a collector or server process that
     infers on the GPU: a spawned process starts with full-precision float32 matmuls (H100,
-    416 cars, 32 taus: 5.65 ms fp32, 2.12 ms TF32, cuDNN autotuned in both). cuDNN's autotuning stays off, unlike the
-    learner's: a server's batch size changes with the number of collectors waiting, and each
-    new size would be autotuned in the middle of collection. With it on, an 8-second capacity
-    window measured 12.3k transitions/s (bf16: 5.0k), against 16.4k for the server before it
-    (fp32, no autotuning); that this is the cause is likely, not yet measured apart."""
+    416 cars, 32 taus: 5.65 ms fp32, 2.12 ms TF32, cuDNN autotuned in both).
+
+    cuDNN's autotuning stays off, unlike the learner's: a server's batch size changes with
+    the number of collectors waiting, and each new size would be autotuned in the middle of
+    collection. With it on, an 8-second capacity window measured 12.3k transitions/s (bf16:
+    5.0k), against 16.4k for the server before it (fp32, no autotuning); that this is the
+    cause is likely, not yet measured apart."""
     torch.set_float32_matmul_precision("high")
 
 
