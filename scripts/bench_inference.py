@@ -13,7 +13,9 @@ format, at each batch size (a server's batch is every waiting collector's cars):
 - tf32: the same with TF32 tensor-core matmuls (`torch.set_float32_matmul_precision('high')`);
 - bf16: under bf16 autocast (collector.precision=bf16);
 - NHWC: the conv weights in channels_last memory format, as processes that infer on a GPU
-  keep them (with NCHW weights the first conv's GEMM still hands NHWC to the second).
+  keep them (with NCHW weights the first conv's GEMM still hands NHWC to the second);
+- graph 1 (`--graph 0 1`, CUDA rows): the forward captured once and replayed as a CUDA
+  graph (collector.cuda_graph), so the row shows what launching ~100 kernels costs the host.
 
 cuDNN's autotuning is off, as in collectors and the inference server (their batch sizes
 change); `--cudnn-benchmark` turns it on (each row's warm-up then includes the tuning).
@@ -35,6 +37,7 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
+from trackmind.agent.graphed_inference import GraphedQ
 from trackmind.agent.network import IQNNetwork, conv_output_shape
 from trackmind.agent.network_config import build_network, network_config
 from trackmind.cli import OneLineParser, int_at_least
@@ -73,19 +76,33 @@ def variants(device: str, precisions: list[str], layouts: list[str]) -> list[tup
     return [(p, m) for p in precisions for m in layouts]
 
 
-def time_batch(net, img, floats, k: int, precision: str, device: torch.device, reps: int):
-    """Median seconds of one batch's Q values, copied to the host as a collector reads them."""
+def time_batch(
+    net, img, floats, k: int, precision: str, device: torch.device, reps: int, graph: bool = False
+):
+    """Median seconds of one batch's Q values, copied to the host as a collector reads them;
+    `graph`: replayed as a captured CUDA graph (collector.cuda_graph, GraphedQ), the
+    capture falling in the warm-up."""
     torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
-    cast = torch.autocast("cuda", dtype=torch.bfloat16) if precision == "bf16" else nullcontext()
+    bf16 = precision == "bf16"
+    graphed = None
+    if graph:
+        dtype = torch.bfloat16 if bf16 else None
+        graphed = GraphedQ(net, k, (floats.shape[0],), None, autocast_dtype=dtype)
+    cast = torch.autocast("cuda", dtype=torch.bfloat16) if bf16 and not graph else nullcontext()
     times = []
     with torch.inference_mode(), cast:
         for i in range(reps + 3):
             t0 = time.perf_counter()
-            taus = torch.rand(floats.shape[0], k, device=device)
-            q = net(img, floats, taus).mean(dim=1).float().cpu()
+            if graphed is not None:
+                q = graphed(img, floats).cpu()
+            else:
+                taus = torch.rand(floats.shape[0], k, device=device)
+                q = net(img, floats, taus).mean(dim=1).float().cpu()
             if i >= 3:  # warm-up: allocations, cuDNN's autotuning of this shape
                 times.append(time.perf_counter() - t0)
     assert q.shape == (floats.shape[0], net.n_actions)
+    if graphed is not None and graphed.failed:
+        raise RuntimeError(f"CUDA graph capture failed: {graphed.failed}")
     return statistics.median(times)
 
 
@@ -100,6 +117,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--layouts", nargs="+", choices=("NCHW", "NHWC"), default=["NCHW", "NHWC"])
     ap.add_argument("--reps", type=int_at_least(1), default=20)
+    ap.add_argument(
+        "--graph",
+        nargs="+",
+        type=int,
+        choices=(0, 1),
+        default=[0],
+        help="CUDA rows: 1 replays the forward as a captured graph (collector.cuda_graph)",
+    )
     ap.add_argument("--cudnn-benchmark", action="store_true", help="cuDNN autotuning on")
     ap.add_argument("--json", type=Path, help="also write the rows to this JSON file")
     args = ap.parse_args(argv)
@@ -120,18 +145,21 @@ def main(argv: list[str] | None = None) -> int:
             if layout == "NHWC":
                 net = net.to(memory_format=torch.channels_last)
             flops = forward_flops(net, k)
-            for b in args.batches if dev_name == "cuda" else [x for x in args.batches if x <= 32]:
+            sizes = args.batches if dev_name == "cuda" else [x for x in args.batches if x <= 32]
+            graphs = args.graph if dev_name == "cuda" else [0]
+            for b, graph in ((b, g) for b in sizes for g in graphs):
                 img = None
                 if nc.image_shape is not None:
                     shape = (b, *nc.image_shape)
                     img = torch.randint(0, 256, shape, dtype=torch.uint8, device=device)
                 floats = torch.randn(b, FLOAT_DIM, device=device)
                 reps = args.reps if dev_name == "cuda" else max(3, args.reps // 4)
-                s = time_batch(net, img, floats, k, precision, device, reps)
+                s = time_batch(net, img, floats, k, precision, device, reps, bool(graph))
                 row = {
                     "device": dev_name,
                     "precision": precision,
                     "layout": layout,
+                    "graph": graph,
                     "taus": k,
                     "batch": b,
                     "ms_per_batch": 1e3 * s,
@@ -140,17 +168,18 @@ def main(argv: list[str] | None = None) -> int:
                 }
                 rows.append(row)
                 print(
-                    f"{dev_name} {precision} {layout} batch {b}: {row['ms_per_batch']:.2f} ms, "
+                    f"{dev_name} {precision} {layout} graph {graph} batch {b}: "
+                    f"{row['ms_per_batch']:.2f} ms, "
                     f"{row['ms_per_car']:.4f} ms a car, {row['tflops']:.1f} TFLOP/s",
                     flush=True,
                 )
     name = torch.cuda.get_device_name() if "cuda" in devices else "no GPU"
     print(f"\n{args.preset}, {k} taus, {flops / 1e9:.3f} GFLOP a car; cuda = {name}")
-    print("| device | precision | layout | batch | ms/batch | ms/car-action | TFLOP/s |")
-    print("|---|---|---|---|---|---|---|")
+    print("| device | precision | layout | graph | batch | ms/batch | ms/car-action | TFLOP/s |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(
-            f"| {r['device']} | {r['precision']} | {r['layout']} | {r['batch']} "
+            f"| {r['device']} | {r['precision']} | {r['layout']} | {r['graph']} | {r['batch']} "
             f"| {r['ms_per_batch']:.2f} | {r['ms_per_car']:.4f} | {r['tflops']:.1f} |"
         )
     if args.json:

@@ -13,11 +13,12 @@ inside 8 minutes:
    eager and captured (CUDA graph), each row with the step alone and the sampling alone timed
    and a torch.profiler table (learner.txt);
 3. bench_collectors.py, local backend, the GPU recipe's collectors with no learner, once per
-   layout of --capacity (default: the inference server in fp32 with TF32 matmuls, and in
-   bf16): the collection capacity, with each collector's ms per car-action split into game
+   layout of --capacity (default: the inference server as the recipe runs it, fp32 with TF32
+   matmuls, then its forward replayed as CUDA graphs in fp32 and in bf16): the collection
+   capacity, with each collector's ms per car-action split into game
    step and inference (for the server: the wait for its answer);
-4. train.py experiment=linesight_gpu for --train-s seconds (CSV logger), with nvidia-smi
-   sampling GPU utilisation and memory beside it.
+4. train.py experiment=linesight_gpu for --train-s seconds (CSV logger; --run-overrides
+   adds to it), with nvidia-smi sampling GPU utilisation and memory beside it.
 The folder keeps inference.json, learner.json, collectors_<layout>.json, metrics.csv and
 gpu.json, from which `--report` rebuilds the table (docs/gpu.md's is generated so, from
 docs/results/gpu/).
@@ -47,8 +48,16 @@ CAPACITY_VARIANTS = {  # file label -> overrides of the recipe's collectors
     "process": ["collector.inference=process"],
     "server": ["collector.inference=server"],
     "server_bf16": ["collector.inference=server", "collector.precision=bf16"],
+    "server_graph": ["collector.inference=server", "collector.cuda_graph=true"],
+    "server_graph_bf16": [
+        "collector.inference=server",
+        "collector.cuda_graph=true",
+        "collector.precision=bf16",
+    ],
 }
-DEFAULT_CAPACITY = ("server", "server_bf16")  # the recipe's layout, in both precisions
+# the recipe's layout as it is, then its forward replayed as CUDA graphs in both precisions
+DEFAULT_CAPACITY = ("server", "server_graph", "server_graph_bf16")
+GPU_ONLY = ("collector.precision=bf16", "collector.cuda_graph=true")  # skipped by a dry run
 LINESIGHT_ACTIONS = 5_000_000
 REPLAY_RATIO = 32
 TARGETS = {
@@ -210,13 +219,16 @@ def table(
             f"{verdict(b, t['learner_bench'])} |"
         )
     inf_rows = inference.get("rows", [])
-    top = max((r["batch"] for r in inf_rows), default=None)
-    for r in inf_rows:
-        if r["batch"] == top and r["layout"] == "NHWC":
+    ends = (
+        {min(r["batch"] for r in inf_rows), max(r["batch"] for r in inf_rows)} if inf_rows else ()
+    )
+    for r in inf_rows:  # one collector's batch and the largest, as collectors run them (NHWC)
+        if r["batch"] in ends and r["layout"] == "NHWC":
+            graph = ", CUDA graph" if r.get("graph") else ""
             lines.append(
                 f"| inference alone ({r['taus']} taus), batch {r['batch']}, {r['precision']}, "
-                f"NHWC: ms per car-action | {r['ms_per_car']:.4f} ({r['tflops']:.0f} TFLOP/s) "
-                "| | |"
+                f"NHWC{graph}: ms per car-action | {r['ms_per_car']:.4f} "
+                f"({r['tflops']:.0f} TFLOP/s) | | |"
             )
     for label, c in capacity.items():
         cap = c.get("transitions_per_s")
@@ -228,6 +240,8 @@ def table(
             f"{fmt(c.get('game_step_ms_per_action'), '.3f')} / "
             f"{fmt(c.get('inference_ms_per_action'), '.3f')} | | |",
         ]
+    if gpu.get("run_overrides"):
+        lines.append(f"| real run: overrides | {' '.join(gpu['run_overrides'])} | | |")
     lines += [
         f"| real run: learner batches/s | {fmt(run.get('batches_per_s'), ',.1f')} | >= "
         f"{t['run_batches']:.0f} | {verdict(run.get('batches_per_s'), t['run_batches'])} |",
@@ -269,6 +283,12 @@ def main(argv: list[str] | None = None) -> int:
         default=list(DEFAULT_CAPACITY),
         help="collector layouts whose capacity is measured (process: a network per collector)",
     )
+    ap.add_argument(
+        "--run-overrides",
+        nargs="*",
+        default=[],
+        help="extra overrides of the real run only, e.g. collector.cuda_graph=true",
+    )
     ap.add_argument("--report", type=Path, help="only print the table of a finished check's folder")
     ap.add_argument("--docs", type=Path, help="with --report: write the table into this page")
     args = ap.parse_args(argv)
@@ -295,6 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     inf = [py, str(ROOT / "scripts" / "bench_inference.py"), "--devices", dev]
     inf += ["--batches", "1", "4"] if args.dry_run else ["--batches", "32", "128", "416"]
     inf += ["--reps", "2" if args.dry_run else "20", "--json", str(out / "inference.json")]
+    inf += ["--graph", "0", "1"]
     run_step("inference alone", inf, 60, out / "inference.txt")
 
     bench += ["--presets", preset, "--precision", "bf16", "--cuda-graph", "0", "1"]
@@ -319,14 +340,15 @@ def main(argv: list[str] | None = None) -> int:
         cap = [py, str(ROOT / "scripts" / "bench_collectors.py"), "--backends", "local"]
         cap += ["--json", str(cap_json), "--repeats", "1", *recipe, *extra]
         cap += ["--seconds", "5" if args.dry_run else "8", "--warmup", "2" if args.dry_run else "3"]
-        if args.dry_run and "collector.precision=bf16" in extra:
-            continue  # bf16 inference needs a GPU
+        if args.dry_run and any(o in extra for o in GPU_ONLY):
+            continue  # bf16 inference and CUDA graphs need a GPU
         run_step(f"collection capacity, {label}", cap, 45, out / f"collectors_{label}.txt")
 
     run_dir = out / "run"
     train_s = 30.0 if args.dry_run else args.train_s
     train = [py, str(ROOT / "scripts" / "train.py"), *recipe, f"trainer.max_time_s={train_s}"]
     train += ["logger=csv", f"hydra.run.dir={run_dir}", "trainer.progress_bar=false"]
+    train += args.run_overrides
     t_train = time.monotonic()
     with GpuSampler() as sampler:
         run_step("real run", train, train_s + 60, out / "train.txt")
@@ -335,6 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     if metrics_csv.exists():
         shutil.copy(metrics_csv, out / "metrics.csv")
     info = {"device": device_name(args.dry_run), "batch": 32 if args.dry_run else BATCH}
+    info["run_overrides"] = list(args.run_overrides)
     (out / "gpu.json").write_text(json.dumps({**info, **gpu}, indent=1))
     text = report(out)
     (out / "gpu_check.md").write_text(text + "\n")

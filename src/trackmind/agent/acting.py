@@ -23,12 +23,15 @@ from trackmind.agent.exploration import (
     Exploration,
     select_actions,
 )
+from trackmind.agent.graphed_inference import GraphedQ
 from trackmind.agent.inference import (
     InferenceNetwork,
+    autocast_dtype,
     greedy_q,
     inference_autocast,
     make_inference_network,
 )
+from trackmind.agent.network import IQNNetwork
 from trackmind.env.observations import FLOATS
 
 
@@ -67,13 +70,24 @@ def _put_rows(q: np.ndarray | torch.Tensor, cars: np.ndarray, values: torch.Tens
 class FrozenGreedy:
     """Per car, the weights version its greedy race started with, and those weights."""
 
-    def __init__(self, live: InferenceNetwork, k_taus: int, n_cars: int, cvar: float = 1.0) -> None:
+    def __init__(
+        self,
+        live: InferenceNetwork,
+        k_taus: int,
+        n_cars: int,
+        cvar: float = 1.0,
+        graphs: Callable[[IQNNetwork], GraphedQ] | None = None,
+    ) -> None:
         self.live = live
         self.k = int(k_taus)
         self.cvar = float(cvar)  # greedy races act on the mean of the lowest `cvar` quantiles
         self.bound = np.full(n_cars, -1, np.int64)  # version of each car's greedy race, or -1
         self.nets: dict[int, InferenceNetwork] = {}  # version -> frozen copy
         self._spare: list[InferenceNetwork] = []
+        # collector.cuda_graph: a copy's GraphedQ (midpoint taus), made once per copy object;
+        # a spare copy is refilled in place, so its graphs stay valid for the next version
+        self.graphs = graphs
+        self._graphed: dict[int, GraphedQ] = {}
 
     def update(self, greedy: np.ndarray, started: np.ndarray, version: int) -> None:
         """Bind greedy races starting now to `version` (the live weights); free the rest."""
@@ -100,9 +114,16 @@ class FrozenGreedy:
         bound = self.bound if bound is None else bound
         for v, net in self.nets.items():
             cars = np.flatnonzero(bound == v)
-            if len(cars):
+            if not len(cars):
+                continue
+            if self.graphs is not None:  # one replay for every row, then this version's
+                graphed = self._graphed.get(id(net))
+                if graphed is None:
+                    graphed = self._graphed[id(net)] = self.graphs(net.net)
+                values = graphed(img, floats)[torch.from_numpy(cars).to(floats.device)]
+            else:
                 values = cars_q_tensor(net, img, floats, cars, self.k, None, True, self.cvar)
-                _put_rows(q, cars, values)
+            _put_rows(q, cars, values)
 
     def _copy_of_live(self) -> InferenceNetwork:
         if self._spare:
@@ -112,6 +133,20 @@ class FrozenGreedy:
             net = make_inference_network(copy.deepcopy(self.live.net), mode)
         net.load_state_dict(self.live.net.state_dict())
         return net
+
+
+def graph_factory(
+    k: int, sizes: tuple[int, ...], dtype: torch.dtype | None, cvar: float
+) -> Callable[..., GraphedQ]:
+    """collector.cuda_graph's graphs for a network: given a generator, the live network's
+    (random taus); without one, a frozen greedy copy's (midpoint taus, `cvar`)."""
+
+    def make(net: IQNNetwork, generator: torch.Generator | None = None) -> GraphedQ:
+        if generator is not None:
+            return GraphedQ(net, k, sizes, generator, dtype)
+        return GraphedQ(net, k, sizes, None, dtype, midpoint=True, cvar=cvar)
+
+    return make
 
 
 class RemoteQ(Protocol):
@@ -131,11 +166,25 @@ def batch_q(
     floats: torch.Tensor,
     cars: np.ndarray,
     greedy: np.ndarray,
+    graphed: GraphedQ | None = None,
 ) -> torch.Tensor:
-    """Q values (len(cars), A) on the batch's device for the cars whose observations are the
-    rows of img/floats, `cars` their indices in `frozen` and `greedy`: exploring cars from the
-    live weights (random taus), greedy ones from the frozen copy of their race's version."""
+    """Q values (len(cars), A) on the live network's device for the cars whose observations
+    are the rows of img/floats, `cars` their indices in `frozen` and `greedy`: exploring cars
+    from the live weights (random taus), greedy ones from the frozen copy of their race's
+    version.
+
+    With `graphed` (collector.cuda_graph) the live weights' values come from its replayed
+    graph for every row, and greedy rows are then overwritten: one replay, not a gather."""
     explore = np.flatnonzero(~greedy[cars])
+    if graphed is not None:
+        q = graphed(img, floats)
+        if len(explore) == len(cars):
+            return q
+        q = q.clone()  # the graph's static output is rewritten by the next replay
+        img, floats = graphed.last_inputs()  # the batch on the device (the server's is not)
+        with torch.inference_mode():
+            frozen.fill(q, img, floats, frozen.bound[cars])
+        return q
     with torch.inference_mode():
         if len(explore) == len(cars):  # no greedy race: the batch's Q values as they are
             return cars_q_tensor(live, img, floats, explore, k, gen)
@@ -165,9 +214,11 @@ class BatchedPolicy:
         greedy_cvar: float = 1.0,
         remote: RemoteQ | None = None,
         precision: str = "fp32",
+        cuda_graph: bool = False,
     ) -> None:
         self.remote = remote  # Q values from an inference server instead of `live`
         self.precision = precision  # collector.precision: bf16 autocast on a GPU
+        self.graphed: GraphedQ | None = None  # collector.cuda_graph: the live forward replayed
         self.live = live
         self.explorer = explorer
         self.k = int(k_taus)
@@ -175,9 +226,15 @@ class BatchedPolicy:
         self.hold = ActionHold(n_cars)  # temporally extended random actions (exploration)
         self.rng = np.random.default_rng(seed)
         if live is not None:
-            self.frozen = FrozenGreedy(live, k_taus, n_cars, greedy_cvar)
             self.device = network_device(live.net)
             self.gen = torch.Generator(device=self.device).manual_seed(seed)
+            graphs = None
+            if cuda_graph:  # one batch size: this collector's cars
+                graphs = graph_factory(
+                    self.k, (n_cars,), autocast_dtype(self.device, precision), greedy_cvar
+                )
+                self.graphed = graphs(live.net, self.gen)
+            self.frozen = FrozenGreedy(live, k_taus, n_cars, greedy_cvar, graphs)
 
     def act(self, obs: dict, greedy: np.ndarray, started: np.ndarray, version: int):
         """(actions, q_values, was_greedy); `version` is the live weights' version."""
@@ -189,7 +246,17 @@ class BatchedPolicy:
             floats = self._to_device(obs[FLOATS])
             cars = np.arange(len(greedy))
             with inference_autocast(self.device, self.precision):
-                q = batch_q(self.live, self.frozen, self.k, self.gen, img, floats, cars, greedy)
+                q = batch_q(
+                    self.live,
+                    self.frozen,
+                    self.k,
+                    self.gen,
+                    img,
+                    floats,
+                    cars,
+                    greedy,
+                    self.graphed,
+                )
             q = q.float().cpu().numpy()  # one copy to the host per step (none on the CPU)
         self.hold.release(np.flatnonzero(started))
         params = self.explorer.params(self.frames())

@@ -96,14 +96,19 @@ def tune_cuda_process() -> None:
 PRECISIONS = ("fp32", "bf16")
 
 
-def inference_autocast(device: torch.device, precision: str):
-    """The context collectors infer in: bf16 autocast on a GPU (collector.precision=bf16),
-    else fp32 as the weights are. The Q values come out as float32 either way."""
+def autocast_dtype(device: torch.device, precision: str) -> torch.dtype | None:
+    """The autocast dtype collectors infer in: bf16 on a GPU (collector.precision=bf16),
+    else None (fp32, as the weights are)."""
     if precision not in PRECISIONS:
         raise ValueError(f"inference precision must be one of {PRECISIONS}, got {precision!r}")
-    if precision == "bf16" and device.type == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    return nullcontext()
+    return torch.bfloat16 if precision == "bf16" and device.type == "cuda" else None
+
+
+def inference_autocast(device: torch.device, precision: str):
+    """The context collectors infer in (autocast_dtype's). The Q values come out as float32
+    either way."""
+    dtype = autocast_dtype(device, precision)
+    return nullcontext() if dtype is None else torch.autocast(device.type, dtype=dtype)
 
 
 def greedy_q(

@@ -30,6 +30,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from trackmind.agent.graphed_inference import GraphedQ, bucket_sizes
+from trackmind.agent.inference import autocast_dtype
 from trackmind.collectors.shared_handles import (
     CollectorLink,
     pull_weights,
@@ -145,7 +147,7 @@ class InferenceServer:
     def __init__(
         self, spec: CollectorSpec, link: ServerLink, shared: CollectorLink, device: str, seed: int
     ) -> None:
-        from trackmind.agent.acting import FrozenGreedy
+        from trackmind.agent.acting import FrozenGreedy, graph_factory
         from trackmind.agent.inference import make_inference_network
 
         torch.set_num_threads(spec.collector.torch_threads)
@@ -156,10 +158,19 @@ class InferenceServer:
         self.live = make_inference_network(net, spec.network.compile)
         n_cars = len(link.greedy)
         self.k = spec.network.n_quantiles_inference
-        self.frozen = FrozenGreedy(self.live, self.k, n_cars, spec.network.greedy_cvar)
         self.gen = torch.Generator(device=self.device).manual_seed(int(seed))
         self.greedy = np.zeros(n_cars, bool)
         self.precision = spec.collector.precision
+        cvar = spec.network.greedy_cvar
+        self.graphed: GraphedQ | None = None
+        graphs = None
+        if spec.collector.cuda_graph:  # batches of 1, 2, 4, ... collectors' cars
+            sizes = bucket_sizes(link.cars, len(link.pending))
+            dtype = autocast_dtype(self.device, self.precision)
+            graphs = graph_factory(self.k, sizes, dtype, cvar)
+            self.graphed = graphs(self.live.net, self.gen)
+        self.frozen = FrozenGreedy(self.live, self.k, n_cars, cvar, graphs)
+        self.stage = HostStage(link, self.device)
         self.batches = 0
 
     def serve(self, should_stop) -> None:
@@ -187,15 +198,46 @@ class InferenceServer:
         self.greedy[cars] = link.greedy[rows].numpy()
         started[cars] = link.started[rows].numpy()
         self.frozen.update(self.greedy, started, self.version)
-        img = None
-        if self.live.net.image_shape is not None:
-            img = link.frames[rows].to(self.device, non_blocking=True)
-        floats = link.floats[rows].to(self.device, non_blocking=True)
+        img, floats = self.stage.gather(rows, self.live.net.image_shape is not None)
+        if self.graphed is None:  # the eager forward reads its inputs on the device
+            img = None if img is None else img.to(self.device, non_blocking=True)
+            floats = floats.to(self.device, non_blocking=True)
         with inference_autocast(self.device, self.precision):
-            q = batch_q(self.live, self.frozen, self.k, self.gen, img, floats, cars, self.greedy)
+            q = batch_q(
+                self.live,
+                self.frozen,
+                self.k,
+                self.gen,
+                img,
+                floats,
+                cars,
+                self.greedy,
+                self.graphed,
+            )
         link.q[rows] = q.float().cpu()
         link.bound[rows] = torch.from_numpy(self.frozen.bound[cars])
         link.version[torch.from_numpy(collectors)] = self.version
         for i in collectors:
             link.answers[int(i)].set()
         self.batches += 1
+
+
+class HostStage:
+    """The waiting cars' rows of the shared tensors, gathered into one host buffer: pinned
+    when the server infers on a GPU, so the copy to it runs asynchronously (a gather out of
+    shared memory gives pageable memory, which the driver would stage once more)."""
+
+    def __init__(self, link: ServerLink, device: torch.device) -> None:
+        pin = device.type == "cuda"
+        self.frames = torch.empty_like(link.frames, pin_memory=pin)
+        self.floats = torch.empty_like(link.floats, pin_memory=pin)
+        self.link = link
+
+    def gather(self, rows: torch.Tensor, images: bool) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """(frames or None, floats) of `rows`, views of the stage valid until the next gather
+        (the server reads the answer back to the host, which ends every copy, before then)."""
+        n = len(rows)
+        floats = torch.index_select(self.link.floats, 0, rows, out=self.floats[:n])
+        if not images:
+            return None, floats
+        return torch.index_select(self.link.frames, 0, rows, out=self.frames[:n]), floats

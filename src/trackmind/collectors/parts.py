@@ -71,6 +71,7 @@ def make_policy(
         greedy_cvar=spec.network.greedy_cvar,
         remote=remote,
         precision=spec.collector.precision,
+        cuda_graph=spec.collector.cuda_graph,
     )
 
 

@@ -56,6 +56,9 @@ class CollectorConfig:
     # collector's cars in one batch (collectors/inference_server.py)
     inference: str = MISSING
     precision: str = MISSING  # inference arithmetic: fp32 | bf16 (autocast, on a GPU)
+    # the live network's forward replayed as CUDA graphs, one per padded batch size
+    # (agent/graphed_inference.py); a GPU only
+    cuda_graph: bool = MISSING
 
     def __post_init__(self) -> None:
         from trackmind.agent.device import check_device_name
@@ -102,6 +105,12 @@ def check_local_collector(col: CollectorConfig) -> None:
         "collector.precision",
         "bf16 inference needs the collectors on a GPU (collector.device cuda, or auto where "
         "torch sees one)",
+    )
+    require(
+        not col.cuda_graph or device == "cuda",
+        "collector.cuda_graph",
+        "CUDA graphs need the collectors on a GPU (collector.device cuda, or auto where torch "
+        "sees one); set collector.cuda_graph=false here",
     )
 
 

@@ -1,0 +1,216 @@
+"""collector.cuda_graph: the live forward on static tensors per padded batch size, replayed as
+CUDA graphs on a GPU (agent/graphed_inference.py).
+
+On the CPU the same static-tensor path runs eagerly: the bucket sizes, the padding, the
+taus drawn into the bucket and in-place weight pulls are checked value by value here, through
+batch_q and the inference server; the capture itself is checked where CUDA is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from trackmind.agent.acting import FrozenGreedy, batch_q, graph_factory
+from trackmind.agent.graphed_inference import GraphedQ, bucket_for, bucket_sizes
+from trackmind.agent.inference import make_inference_network
+from trackmind.collectors.inference_server import InferenceServer, make_server_link
+from trackmind.collectors.shared_handles import make_shared, publish_weights, spawn_context
+from trackmind.errors import ConfigError
+from trackmind.training.factory import plan_run
+
+ROOT = Path(__file__).resolve().parents[1]
+CYCLE = "map.cycle=[{map: starter, exploration: 1, greedy: 1}]"
+
+
+def _plan(*overrides: str):
+    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
+        cfg = compose("train", overrides=["debug=smoke", CYCLE, *overrides])
+    return plan_run(cfg)
+
+
+def _inputs(net, n: int, seed: int):
+    rng = np.random.default_rng(seed)
+    img = torch.from_numpy(rng.integers(0, 256, (n, *net.image_shape), np.uint8))
+    floats = torch.from_numpy(rng.standard_normal((n, net.float_dim), np.float32))
+    return img, floats
+
+
+def _expected(net, img, floats, taus) -> torch.Tensor:
+    with torch.inference_mode():
+        return net(img, floats, taus).mean(dim=1)
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> None:
+    """Equal up to float rounding: a padded batch's GEMMs may sum in another order."""
+    torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_bucket_sizes_double_up_to_the_largest_batch():
+    assert bucket_sizes(32, 13) == (32, 64, 128, 256, 416)
+    assert bucket_sizes(16, 1) == (16,)
+    assert bucket_sizes(4, 4) == (4, 8, 16)
+    assert bucket_sizes(3, 5) == (3, 6, 12, 15)
+    sizes = (32, 64, 128)
+    assert [bucket_for(n, sizes) for n in (1, 32, 33, 64, 65, 128)] == [32, 32, 64, 64, 128, 128]
+    with pytest.raises(ValueError, match="129 rows is larger than the largest bucket"):
+        bucket_for(129, sizes)
+    with pytest.raises(ValueError, match="unit >= 1"):
+        bucket_sizes(0, 3)
+
+
+def test_padded_batches_give_each_rows_own_values_with_the_buckets_taus():
+    net = _plan("network=iqn_cpu", "collector.device=cpu").new_network().eval()
+    k = 4
+    graphed = GraphedQ(net, k, (4, 8), torch.Generator().manual_seed(3))
+    assert not graphed.capture  # a CPU: the static path, eagerly
+    img7, floats7 = _inputs(net, 7, 0)
+    q7 = graphed(img7, floats7).clone()
+    b = graphed.buckets[8]
+    want_taus = torch.rand((8, k), generator=torch.Generator().manual_seed(3))
+    assert torch.equal(b.taus, want_taus)  # the whole bucket's taus, drawn in one call
+    _same(q7, _expected(net, img7, floats7, b.taus[:7]))
+    img5, floats5 = _inputs(net, 5, 1)  # rows 5-7 still hold the last batch: never read
+    q5 = graphed(img5, floats5)
+    assert q5.shape == (5, net.n_actions) and q5.dtype == torch.float32
+    _same(q5, _expected(net, img5, floats5, b.taus[:5]))
+    last_img, last_floats = graphed.last_inputs()
+    assert torch.equal(last_img, img5) and torch.equal(last_floats, floats5)
+    img3, floats3 = _inputs(net, 3, 2)  # a smaller bucket of its own
+    q3 = graphed(img3, floats3)
+    assert sorted(graphed.buckets) == [4, 8]
+    _same(q3, _expected(net, img3, floats3, graphed.buckets[4].taus[:3]))
+    fresh = _plan("network=iqn_cpu", "collector.device=cpu").new_network()
+    with torch.no_grad():  # a weights pull copies in place: the next call reads the new ones
+        for p in fresh.parameters():
+            p.add_(0.1)
+    net.load_state_dict(fresh.state_dict())
+    q3 = graphed(img3, floats3)
+    _same(q3, _expected(fresh.eval(), img3, floats3, graphed.buckets[4].taus[:3]))
+
+
+def test_batch_q_with_graphs_keeps_greedy_cars_on_their_frozen_weights():
+    plan = _plan("network=iqn_cpu", "collector.device=cpu")
+    live = make_inference_network(plan.new_network())
+    k, n = plan.network.n_quantiles_inference, 6
+    frozen = FrozenGreedy(live, k, n)
+    greedy = np.array([0, 1, 0, 0, 1, 0], bool)
+    frozen.update(greedy, np.ones(n, bool), 2)
+    graphed = GraphedQ(live.net, k, (8,), torch.Generator().manual_seed(0))
+    img, floats = _inputs(live.net, n, 5)
+    cars = np.arange(n)
+    q = batch_q(live, frozen, k, None, img, floats, cars, greedy, graphed)
+    plain = batch_q(live, frozen, k, torch.Generator(), img, floats, cars, greedy)
+    _same(q[greedy], plain[greedy])  # frozen copies, midpoint taus: no randomness
+    taus = graphed.buckets[8].taus[:n]
+    _same(q[~greedy], _expected(live.net, img, floats, taus)[~greedy])
+    graphed(img[:2], floats[:2])  # a later call rewrites the static output, not q
+    _same(q[greedy], plain[greedy])
+
+
+def test_frozen_copies_replay_midpoint_graphs_kept_with_their_spare_copy():
+    plan = _plan("network=iqn_cpu", "collector.device=cpu")
+    live = make_inference_network(plan.new_network())
+    k, n, cvar = 4, 4, 0.5
+    graphs = graph_factory(k, (4,), None, cvar)
+    frozen = FrozenGreedy(live, k, n, cvar, graphs)
+    plain = FrozenGreedy(live, k, n, cvar)
+    img, floats = _inputs(live.net, n, 9)
+    greedy, started = np.array([1, 0, 1, 0], bool), np.ones(n, bool)
+    for f in (frozen, plain):
+        f.update(greedy, started, 1)
+    q, want = np.zeros((n, 12), np.float32), np.zeros((n, 12), np.float32)
+    frozen.fill(q, img, floats)
+    plain.fill(want, img, floats)
+    _same(torch.from_numpy(q), torch.from_numpy(want))  # the zeros of exploring rows too
+    (b,) = frozen._graphed.values()
+    assert torch.equal(b.buckets[4].taus[0], torch.tensor([1, 3, 5, 7]) / 8 * cvar)
+    with torch.no_grad():  # new live weights for each later version
+        for p in live.net.parameters():
+            p.mul_(0.9)
+    for version, greedy in ((2, np.array([0, 1, 0, 0], bool)), (3, np.array([0, 0, 1, 0], bool))):
+        for f in (frozen, plain):
+            f.update(greedy, started, version)
+        q, want = np.zeros((n, 12), np.float32), np.zeros((n, 12), np.float32)
+        frozen.fill(q, img, floats)
+        plain.fill(want, img, floats)
+        _same(torch.from_numpy(q), torch.from_numpy(want))
+        with torch.no_grad():
+            for p in live.net.parameters():
+                p.mul_(0.9)
+    # version 2 needed a second copy (version 1's was still bound when it started); version 3
+    # refilled version 1's spare copy in place, whose graphs it kept
+    assert len(frozen._graphed) == 2
+
+
+def test_the_server_answers_from_its_buckets_with_staged_rows():
+    plan = _plan("network=iqn_cpu", "collector.device=cpu")
+    collector = dataclasses.replace(plan.collectors.collector, cuda_graph=True)
+    spec = dataclasses.replace(plan.collectors, collector=collector)
+    shared = make_shared(plan.new_network(), 4, "cpu")
+    try:
+        publish_weights(shared, plan.new_network())
+        cars = 3
+        link = make_server_link(shared.network, 3, cars, spawn_context())
+        server = InferenceServer(spec, link, shared.link(3), "cpu", seed=7)
+        assert server.graphed.sizes == (3, 6, 9)
+        rng = np.random.default_rng(0)
+        link.frames.copy_(torch.from_numpy(rng.integers(0, 256, link.frames.shape, np.uint8)))
+        link.floats.copy_(torch.from_numpy(rng.standard_normal(link.floats.shape, np.float32)))
+        greedy = np.array([0, 0, 0, 0, 0, 0, 1, 0, 0], bool)
+        link.greedy.copy_(torch.from_numpy(greedy))
+        link.started.fill_(True)
+        server.answer(np.array([0, 2]))  # 6 cars: the bucket of 6, rows 0-2 and 6-8
+        rows = torch.from_numpy(np.r_[0:3, 6:9])
+        img, floats = link.frames[rows], link.floats[rows]
+        taus = server.graphed.buckets[6].taus
+        want = _expected(server.live.net, img, floats, taus)
+        got = link.q[rows]
+        _same(got[[0, 1, 2, 4, 5]], want[[0, 1, 2, 4, 5]])
+        live = make_inference_network(plan.new_network())
+        live.net.load_state_dict(shared.network.state_dict())
+        frozen = FrozenGreedy(live, plan.network.n_quantiles_inference, 1)
+        frozen.update(np.array([True]), np.array([True]), 1)
+        q_greedy = np.zeros((1, live.net.n_actions), np.float32)
+        frozen.fill(q_greedy, img[3:4], floats[3:4])
+        _same(got[3], torch.from_numpy(q_greedy[0]))  # car 6: its frozen copy, graphed too
+        assert not link.q[3:6].any()
+    finally:
+        shared.cleanup()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU refusal")
+def test_cuda_graphs_need_collectors_on_a_gpu():
+    with pytest.raises(ConfigError, match="^collector.cuda_graph: CUDA graphs need the collectors"):
+        _plan("collector.cuda_graph=true")
+    with pytest.raises(ConfigError, match="^collector.cuda_graph: CUDA graphs need the collectors"):
+        _plan("collector.cuda_graph=true", "collector.device=cpu")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="a CUDA graph needs a GPU")
+@pytest.mark.parametrize("dtype", [None, torch.bfloat16])
+def test_captured_buckets_replay_the_eager_values_and_follow_weight_pulls(dtype):
+    plan = _plan("network=iqn_cpu", "collector.device=cuda")
+    net = make_inference_network(plan.new_network().cuda()).net
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    graphed = GraphedQ(net, 8, (16, 32), gen, autocast_dtype=dtype)
+    img, floats = (t.cuda() for t in _inputs(net, 20, 0))
+    q = graphed(img, floats).clone()
+    assert graphed.graphs == 1 and graphed.failed is None
+    taus = graphed.buckets[32].taus[:20]
+    with torch.autocast("cuda", dtype=dtype or torch.float32, enabled=dtype is not None):
+        want = _expected(net, img, floats, taus).float()
+    tol = 0 if dtype is None else 2e-2
+    torch.testing.assert_close(q, want, atol=tol, rtol=tol)
+    with torch.no_grad():
+        for p in net.parameters():
+            p.mul_(0.5)
+    q2 = graphed(img, floats)
+    with torch.autocast("cuda", dtype=dtype or torch.float32, enabled=dtype is not None):
+        want2 = _expected(net, img, floats, graphed.buckets[32].taus[:20]).float()
+    torch.testing.assert_close(q2, want2, atol=tol, rtol=tol)
