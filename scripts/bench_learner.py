@@ -142,7 +142,7 @@ def plain_quantile_huber_loss(z, taus, actions, z_next, rewards, discounts, kapp
 
 
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
-COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")
+COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
 class Stepper:

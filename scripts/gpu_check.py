@@ -284,6 +284,14 @@ def main(argv: list[str] | None = None) -> int:
         help="collector layouts whose capacity is measured (process: a network per collector)",
     )
     ap.add_argument(
+        "--learner-compile",
+        nargs="+",
+        choices=("none", "default", "max-autotune-no-cudagraphs"),
+        default=["none"],
+        help="learner.compile modes of the learner rows, a row each (default inside the "
+        "captured step fuses the head's elementwise work); each adds about a minute",
+    )
+    ap.add_argument(
         "--run-overrides",
         nargs="*",
         default=[],
@@ -319,6 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     run_step("inference alone", inf, 60, out / "inference.txt")
 
     bench += ["--presets", preset, "--precision", "bf16", "--cuda-graph", "0", "1"]
+    bench += ["--compile", *args.learner_compile]
     bench += ["--prefetch", "1", "--threads", "4", "--json", str(learner_json)]
     bench += ["--profile", "3" if args.dry_run else "20"]  # where each row's step time goes
     if args.dry_run:
@@ -326,7 +335,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         bench += ["--frames", "device", "--repeats", "3", "--repeat-s", "0.5"]
         bench += ["--transitions", "5000"]
-    run_step("learner rows", bench, 40 if args.dry_run else 90, out / "learner.txt")
+    limit = 40 if args.dry_run else 90 * len(args.learner_compile)  # a compile takes ~a minute
+    run_step("learner rows", bench, limit, out / "learner.txt")
 
     recipe = ["experiment=linesight_gpu"]
     if args.dry_run:  # the recipe on this CPU: no GPU trainer, collectors or graph

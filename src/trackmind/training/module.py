@@ -109,7 +109,13 @@ def schedule_from(cfg: Mapping | float, key: str) -> Schedule:
     return Schedule.from_config(sc.points, sc.kind, f"{key}.points")
 
 
-LEARNER_COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")
+LEARNER_COMPILE_MODES = (
+    "none",
+    "default",
+    "reduce-overhead",
+    "max-autotune",
+    "max-autotune-no-cudagraphs",  # inside learner.cuda_graph
+)
 
 
 @dataclass
