@@ -31,6 +31,11 @@ def test_resets_fall_every_n_frames_once_each_and_none_from_the_end():
     assert reset_slot(10_000, 0, 0, last=0) is None  # every 0: off
 
 
+def _config(**change) -> dict:
+    raw = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "network" / "iqn_floats.yaml"))
+    return {**raw, **change}
+
+
 def _pair() -> torch.nn.Sequential:
     net = torch.nn.Sequential(torch.nn.Linear(1, 1), torch.nn.Linear(1, 1))
     net.register_buffer("stats", torch.tensor([3.0]))
@@ -55,7 +60,29 @@ def test_shrink_perturb_moves_weights_towards_the_fresh_ones_and_renews_the_name
     # layer 1 renewed: fresh's values outright
     assert float(net[1].weight) == 10.0 and float(net[1].bias) == -5.0
     assert renewed == ["1.weight", "1.bias"]
-    assert float(net.stats) == 3.0  # buffers are left alone
+    assert float(net.stats) == 3.0  # buffers are left alone ...
+
+
+def test_a_renewed_spectral_layer_takes_the_fresh_power_iteration_vector():
+    """... but a renewed module's own buffers are fresh's: a SpectralLinear's u estimates the
+    singular vector of the weights it had."""
+    net = build_network(_config(spectral_norm=True), FLOATS, None)
+    fresh = build_network(_config(spectral_norm=True), FLOATS, None)
+    old_u = {n: b.clone() for n, b in net.named_buffers() if n.endswith(".u")}
+    assert old_u and all(n.startswith(("advantage.", "value.")) for n in old_u)
+    with torch.no_grad():
+        for n, b in fresh.named_buffers():
+            if n.endswith(".u"):
+                b.fill_(0.5)
+    stats = net.float_mean.clone()
+    fresh.float_mean.fill_(7.0)
+    shrink_perturb_(net, fresh, 0.5, renew=["advantage"])
+    for n, b in net.named_buffers():
+        if n.endswith(".u"):
+            renewed = n.startswith("advantage.")
+            assert torch.equal(b, torch.full_like(b, 0.5)) == renewed, n
+            assert torch.equal(b, old_u[n]) == (not renewed), n
+    assert torch.equal(net.float_mean, stats)  # not in a renewed module: kept
 
 
 def test_shrink_one_keeps_the_weights_and_bad_arguments_are_refused():
@@ -89,9 +116,8 @@ def test_a_zeroed_optimizer_steps_as_a_new_one():
 
 def _module(**change) -> IQNLightningModule:
     torch.manual_seed(0)
-    raw = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "network" / "iqn_floats.yaml"))
     cfg = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "learner" / "iqn.yaml"))
-    return IQNLightningModule(build_network(raw, FLOATS, None), {**cfg, **change})
+    return IQNLightningModule(build_network(_config(), FLOATS, None), {**cfg, **change})
 
 
 def test_reset_keys_are_checked_where_the_config_names_them():

@@ -35,8 +35,10 @@ def shrink_perturb_(
 ) -> list[str]:
     """In place: each parameter of `net` becomes shrink * itself + (1 - shrink) * the same
     parameter of `fresh` (a newly initialised copy), and those of the modules named in
-    `renew` (e.g. "advantage") become fresh's outright. Buffers are left alone. Returns the
-    names of the renewed parameters. Raises ValueError for a shrink outside [0, 1] or a
+    `renew` (e.g. "advantage") become fresh's outright, buffers too: a renewed layer's
+    state, such as a spectral norm's power-iteration vector, belongs to its old weights.
+    Other buffers (the float statistics) are left alone. Returns the names of the renewed
+    parameters. Raises ValueError for a shrink outside [0, 1] or a
     module name the network does not have."""
     if not 0.0 <= shrink <= 1.0:
         raise ValueError(f"shrink must be in [0, 1], got {shrink!r}")
@@ -55,6 +57,10 @@ def shrink_perturb_(
                 renewed.append(name)
             else:
                 p.mul_(shrink).add_(q, alpha=1.0 - shrink)
+        fresh_buffers = dict(fresh.named_buffers())
+        for name, buf in net.named_buffers():
+            if name.startswith(prefixes):
+                buf.copy_(fresh_buffers[name])
     return renewed
 
 
