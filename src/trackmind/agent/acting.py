@@ -23,7 +23,7 @@ from trackmind.agent.exploration import (
     Exploration,
     select_actions,
 )
-from trackmind.agent.graphed_inference import GraphedQ
+from trackmind.agent.graphed_inference import CaptureState, GraphedQ
 from trackmind.agent.inference import (
     InferenceNetwork,
     autocast_dtype,
@@ -141,10 +141,12 @@ def graph_factory(
     """collector.cuda_graph's graphs for a network: given a generator, the live network's
     (random taus); without one, a frozen greedy copy's (midpoint taus, `cvar`)."""
 
+    state = CaptureState()  # one failed capture leaves them all eager
+
     def make(net: IQNNetwork, generator: torch.Generator | None = None) -> GraphedQ:
         if generator is not None:
-            return GraphedQ(net, k, sizes, generator, dtype)
-        return GraphedQ(net, k, sizes, None, dtype, midpoint=True, cvar=cvar)
+            return GraphedQ(net, k, sizes, generator, dtype, state=state)
+        return GraphedQ(net, k, sizes, None, dtype, midpoint=True, cvar=cvar, state=state)
 
     return make
 

@@ -15,8 +15,9 @@ that a batch is copied into, and the taus are drawn into a static tensor before 
 (load_state_dict, in place) is seen by the next replay without capturing again. Rows past a
 batch's size hold the last batch's data; their outputs are computed and never read.
 
-Where capture is not possible (a CPU, or a failed capture, which warns once), the same
-static-tensor path runs eagerly, so the CPU tests exercise the padding and the taus.
+Where capture is not possible (a CPU, or a failed capture, which warns once and leaves every
+GraphedQ of the process eager), the same static-tensor path runs eagerly and writes the same
+output tensor, so the CPU tests exercise the padding, the taus and the output's reuse.
 """
 
 from __future__ import annotations
@@ -57,6 +58,14 @@ def bucket_for(n: int, sizes: Sequence[int]) -> int:
 
 
 @dataclass
+class CaptureState:
+    """Shared by the GraphedQ of one process (the live network's and every frozen copy's):
+    the first failed capture leaves them all eager, with one warning."""
+
+    failed: str | None = None  # why a capture failed
+
+
+@dataclass
 class _Bucket:
     """One batch size's static tensors and, once captured, its graph."""
 
@@ -83,6 +92,7 @@ class GraphedQ:
         warmup: int = 2,
         midpoint: bool = False,
         cvar: float = 1.0,
+        state: CaptureState | None = None,
     ) -> None:
         self.net = net
         self.k = int(k_taus)
@@ -95,8 +105,14 @@ class GraphedQ:
         self.capture = self.device.type == "cuda" if capture is None else bool(capture)
         self.warmup = int(warmup)
         self.buckets: dict[int, _Bucket] = {}
-        self.failed: str | None = None  # why capture failed (then every batch runs eagerly)
+        self.state = CaptureState() if state is None else state
+        self.pool = None  # one memory pool for the buckets' graphs: they replay one at a time
         self.last: tuple[_Bucket, int] | None = None  # the last call's bucket and rows
+
+    @property
+    def failed(self) -> str | None:
+        """Why a capture of this process failed (then every batch runs eagerly), or None."""
+        return self.state.failed
 
     @property
     def graphs(self) -> int:
@@ -114,12 +130,19 @@ class GraphedQ:
         b.floats[:n].copy_(floats, non_blocking=True)
         if not self.midpoint:
             torch.rand(b.taus.shape, generator=self.gen, device=self.device, out=b.taus)
+        if b.graph is not None and self.failed is not None:
+            b.graph = None  # another GraphedQ of this process failed: all run eagerly
         if b.graph is None and self.capture and self.failed is None:
             self._capture(b)
         if b.graph is not None:
             b.graph.replay()
-        else:
-            b.out = self._forward(b)
+        else:  # into the same output tensor, as a replay writes, so callers see one behaviour
+            out = self._forward(b)
+            if b.out is None:
+                b.out = out
+            else:
+                with torch.inference_mode():
+                    b.out.copy_(out)
         self.last = (b, n)
         return b.out[:n]
 
@@ -130,13 +153,16 @@ class GraphedQ:
         return (None if b.img is None else b.img[:n]), b.floats[:n]
 
     def _new_bucket(self, size: int) -> _Bucket:
+        """Static inputs as normal tensors (not inference tensors, even when made inside
+        inference mode), so they can be written in and out of it."""
         net, dev = self.net, self.device
-        img = None
-        if net.image_shape is not None:
-            img = torch.zeros((size, *net.image_shape), dtype=torch.uint8, device=dev)
-        floats = torch.zeros((size, int(net.float_dim)), device=dev)
-        taus = midpoint_taus(size, self.k, dev, self.cvar) if self.midpoint else None
-        taus = torch.full((size, self.k), 0.5, device=dev) if taus is None else taus
+        with torch.inference_mode(False):
+            img = None
+            if net.image_shape is not None:
+                img = torch.zeros((size, *net.image_shape), dtype=torch.uint8, device=dev)
+            floats = torch.zeros((size, int(net.float_dim)), device=dev)
+            taus = midpoint_taus(size, self.k, dev, self.cvar) if self.midpoint else None
+            taus = torch.full((size, self.k), 0.5, device=dev) if taus is None else taus
         self.buckets[size] = _Bucket(img, floats, taus)
         return self.buckets[size]
 
@@ -161,13 +187,20 @@ class GraphedQ:
                 for _ in range(self.warmup):
                     self._forward(b)
             current.wait_stream(side)
+            if self.pool is None:
+                self.pool = torch.cuda.graph_pool_handle()
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
                 b.out = self._forward(b)
             b.graph = graph
         except Exception as e:  # an op that cannot be captured: infer on, eagerly
-            self.failed = f"{type(e).__name__}: {e}"
+            cause = e.__context__  # the op's own error, when ending the capture raised too
+            why = f"{type(e).__name__}: {e}"
+            if cause is not None:
+                why += f" (during capture: {type(cause).__name__}: {cause})"
+            self.state.failed = why
             for other in self.buckets.values():
                 other.graph = None
-            log.warning("inference CUDA graph capture failed, running eagerly: %s", self.failed)
+            b.out = None
+            log.warning("inference CUDA graph capture failed, running eagerly: %s", why)
             torch.cuda.synchronize(self.device)
