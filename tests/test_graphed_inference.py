@@ -9,12 +9,11 @@ batch_q and the inference server; the capture itself is checked where CUDA is.
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
+from specs import smoke_plan
 
 from trackmind.agent.acting import FrozenGreedy, batch_q, graph_factory
 from trackmind.agent.graphed_inference import GraphedQ, bucket_for, bucket_sizes
@@ -22,16 +21,6 @@ from trackmind.agent.inference import make_inference_network
 from trackmind.collectors.inference_server import InferenceServer, make_server_link
 from trackmind.collectors.shared_handles import make_shared, publish_weights, spawn_context
 from trackmind.errors import ConfigError
-from trackmind.training.factory import plan_run
-
-ROOT = Path(__file__).resolve().parents[1]
-CYCLE = "map.cycle=[{map: starter, exploration: 1, greedy: 1}]"
-
-
-def _plan(*overrides: str):
-    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
-        cfg = compose("train", overrides=["debug=smoke", CYCLE, *overrides])
-    return plan_run(cfg)
 
 
 def _inputs(net, n: int, seed: int):
@@ -65,7 +54,7 @@ def test_bucket_sizes_double_up_to_the_largest_batch():
 
 
 def test_padded_batches_give_each_rows_own_values_with_the_buckets_taus():
-    net = _plan("network=iqn_cpu", "collector.device=cpu").new_network().eval()
+    net = smoke_plan("network=iqn_cpu", "collector.device=cpu").new_network().eval()
     k = 4
     graphed = GraphedQ(net, k, (4, 8), torch.Generator().manual_seed(3))
     assert not graphed.capture  # a CPU: the static path, eagerly
@@ -88,7 +77,7 @@ def test_padded_batches_give_each_rows_own_values_with_the_buckets_taus():
     q3 = graphed(img3, floats3)
     assert sorted(graphed.buckets) == [4, 8]
     _same(q3, _expected(net, img3, floats3, graphed.buckets[4].taus[:3]))
-    fresh = _plan("network=iqn_cpu", "collector.device=cpu").new_network()
+    fresh = smoke_plan("network=iqn_cpu", "collector.device=cpu").new_network()
     with torch.no_grad():  # a weights pull copies in place: the next call reads the new ones
         for p in fresh.parameters():
             p.add_(0.1)
@@ -98,7 +87,7 @@ def test_padded_batches_give_each_rows_own_values_with_the_buckets_taus():
 
 
 def test_batch_q_with_graphs_keeps_greedy_cars_on_their_frozen_weights():
-    plan = _plan("network=iqn_cpu", "collector.device=cpu")
+    plan = smoke_plan("network=iqn_cpu", "collector.device=cpu")
     live = make_inference_network(plan.new_network())
     k, n = plan.network.n_quantiles_inference, 6
     graphs = graph_factory(k, (8,), None, 1.0)
@@ -122,7 +111,7 @@ def test_batch_q_with_graphs_keeps_greedy_cars_on_their_frozen_weights():
 
 
 def test_frozen_copies_replay_midpoint_graphs_kept_with_their_spare_copy():
-    plan = _plan("network=iqn_cpu", "collector.device=cpu")
+    plan = smoke_plan("network=iqn_cpu", "collector.device=cpu")
     live = make_inference_network(plan.new_network())
     k, n, cvar = 4, 4, 0.5
     graphs = graph_factory(k, (4,), None, cvar)
@@ -163,7 +152,7 @@ CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="a CUDA graph ne
 def test_the_server_answers_from_its_buckets_with_staged_rows(device):
     """On the CPU the static path runs eagerly; on a GPU the same batch is captured and
     replayed, its rows staged in pinned memory, a greedy car on its frozen copy's graph."""
-    plan = _plan("network=iqn_cpu", f"collector.device={device}")
+    plan = smoke_plan("network=iqn_cpu", f"collector.device={device}")
     collector = dataclasses.replace(plan.collectors.collector, cuda_graph=True)
     spec = dataclasses.replace(plan.collectors, collector=collector)
     shared = make_shared(plan.new_network(), 4, device)
@@ -206,15 +195,15 @@ def test_the_server_answers_from_its_buckets_with_staged_rows(device):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU refusal")
 def test_cuda_graphs_need_collectors_on_a_gpu():
     with pytest.raises(ConfigError, match="^collector.cuda_graph: CUDA graphs need the collectors"):
-        _plan("collector.cuda_graph=true")
+        smoke_plan("collector.cuda_graph=true")
     with pytest.raises(ConfigError, match="^collector.cuda_graph: CUDA graphs need the collectors"):
-        _plan("collector.cuda_graph=true", "collector.device=cpu")
+        smoke_plan("collector.cuda_graph=true", "collector.device=cpu")
 
 
 @CUDA
 @pytest.mark.parametrize("dtype", [None, torch.bfloat16])
 def test_captured_buckets_replay_the_eager_values_and_follow_weight_pulls(dtype):
-    plan = _plan("network=iqn_cpu", "collector.device=cuda")
+    plan = smoke_plan("network=iqn_cpu", "collector.device=cuda")
     net = make_inference_network(plan.new_network().cuda()).net
     for head in (net.advantage, net.value):  # Q of order 1, not the fresh heads' 0.01
         torch.nn.init.orthogonal_(head[-1].weight, gain=1.0)

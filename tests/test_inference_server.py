@@ -9,12 +9,11 @@ races dated with the published weights version; a Ray fleet refuses the layout.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
+from specs import smoke_plan
 
 from trackmind.agent.acting import FrozenGreedy, batch_q
 from trackmind.agent.inference import make_inference_network
@@ -26,20 +25,10 @@ from trackmind.collectors.inference_server import (
 from trackmind.collectors.shared_handles import make_shared, publish_weights, spawn_context
 from trackmind.collectors.spec import auto_processes
 from trackmind.errors import ConfigError
-from trackmind.training.factory import plan_run
-
-ROOT = Path(__file__).resolve().parents[1]
-CYCLE = "map.cycle=[{map: starter, exploration: 1, greedy: 1}]"
-
-
-def _plan(*overrides: str):
-    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
-        cfg = compose("train", overrides=["debug=smoke", CYCLE, *overrides])
-    return plan_run(cfg)
 
 
 def test_one_batch_for_several_collectors_is_each_collectors_own_rule():
-    plan = _plan("network=iqn_cpu", "collector.device=cpu")
+    plan = smoke_plan("network=iqn_cpu", "collector.device=cpu")
     torch.manual_seed(0)
     shared = make_shared(plan.new_network(), 4, "cpu")
     try:
@@ -82,7 +71,7 @@ def test_a_pool_with_a_server_delivers_races_with_the_published_version():
     from trackmind.collectors.shared_handles import read_spool
     from trackmind.queueing import RaceFile
 
-    plan = _plan("collector.device=cpu", "collector.inference=server", "collector.processes=2")
+    plan = smoke_plan("collector.device=cpu", "collector.inference=server", "collector.processes=2")
     shared = make_shared(plan.new_network(), 8, "cpu")
     pool = LocalCollectorPool(plan.collectors, shared, 2, max_restarts=0)
     try:
@@ -109,14 +98,14 @@ def test_a_pool_with_a_server_delivers_races_with_the_published_version():
 
 def test_ray_refuses_the_server_layout_naming_the_key():
     with pytest.raises(ConfigError, match="^collector.inference: server is for local"):
-        _plan("collector=ray", "collector.inference=server")
+        smoke_plan("collector=ray", "collector.inference=server")
 
 
 def test_unknown_layout_and_auto_processes():
     with pytest.raises(ConfigError, match="^collector.inference: must be one of process, server"):
-        _plan("collector.inference=central")
+        smoke_plan("collector.inference=central")
     assert [auto_processes(c) for c in (1, 2, 4, 16)] == [1, 1, 1, 13]
-    plan = _plan("collector.processes=auto")
+    plan = smoke_plan("collector.processes=auto")
     assert plan.collector.processes == auto_processes(__import__("os").cpu_count())
 
 
@@ -124,10 +113,10 @@ def test_inference_precision_is_checked_and_bf16_needs_a_gpu():
     from trackmind.agent.inference import inference_autocast
 
     with pytest.raises(ConfigError, match="^collector.precision: must be fp32 or bf16"):
-        _plan("collector.precision=fp16")
+        smoke_plan("collector.precision=fp16")
     if not torch.cuda.is_available():
         with pytest.raises(ConfigError, match="^collector.precision: bf16 inference needs"):
-            _plan("collector.precision=bf16")
+            smoke_plan("collector.precision=bf16")
     with inference_autocast(torch.device("cpu"), "bf16"):  # a CPU infers in fp32
         assert not torch.is_autocast_enabled("cpu")
     with pytest.raises(ValueError, match="inference precision"):
@@ -137,7 +126,7 @@ def test_inference_precision_is_checked_and_bf16_needs_a_gpu():
 def test_batch_q_under_bf16_autocast_gives_float32_for_mixed_batches():
     """collector.precision=bf16 on a GPU: exploring and greedy cars' values, computed in
     bf16, land in one float32 array (run here under the CPU's bf16 autocast)."""
-    plan = _plan("network=iqn_floats", "collector.device=cpu")
+    plan = smoke_plan("network=iqn_floats", "collector.device=cpu")
     live = make_inference_network(plan.new_network())
     k = plan.network.n_quantiles_inference
     frozen = FrozenGreedy(live, k, 4)
