@@ -151,6 +151,24 @@ def graph_factory(
     return make
 
 
+def greedy_and_graphs(
+    live: InferenceNetwork,
+    k: int,
+    n_cars: int,
+    cvar: float,
+    gen: torch.Generator,
+    graph_sizes: tuple[int, ...] | None,
+    precision: str,
+) -> tuple[FrozenGreedy, GraphedQ | None]:
+    """A collector's (or the server's) frozen greedy copies and, with `graph_sizes`
+    (collector.cuda_graph), the live network's GraphedQ, both sharing one graph factory."""
+    if graph_sizes is None:
+        return FrozenGreedy(live, k, n_cars, cvar), None
+    device = network_device(live.net)
+    graphs = graph_factory(k, graph_sizes, autocast_dtype(device, precision), cvar)
+    return FrozenGreedy(live, k, n_cars, cvar, graphs), graphs(live.net, gen)
+
+
 class RemoteQ(Protocol):
     """Q values computed elsewhere, with BatchedPolicy's rule (collectors/inference_server.py)."""
 
@@ -230,13 +248,10 @@ class BatchedPolicy:
         if live is not None:
             self.device = network_device(live.net)
             self.gen = torch.Generator(device=self.device).manual_seed(seed)
-            graphs = None
-            if cuda_graph:  # one batch size: this collector's cars
-                graphs = graph_factory(
-                    self.k, (n_cars,), autocast_dtype(self.device, precision), greedy_cvar
-                )
-                self.graphed = graphs(live.net, self.gen)
-            self.frozen = FrozenGreedy(live, k_taus, n_cars, greedy_cvar, graphs)
+            sizes = (n_cars,) if cuda_graph else None  # one batch size: this collector's cars
+            self.frozen, self.graphed = greedy_and_graphs(
+                live, self.k, n_cars, greedy_cvar, self.gen, sizes, precision
+            )
 
     def act(self, obs: dict, greedy: np.ndarray, started: np.ndarray, version: int):
         """(actions, q_values, was_greedy); `version` is the live weights' version."""

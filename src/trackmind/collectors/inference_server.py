@@ -30,8 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from trackmind.agent.graphed_inference import GraphedQ, bucket_sizes
-from trackmind.agent.inference import autocast_dtype
+from trackmind.agent.graphed_inference import bucket_sizes
 from trackmind.collectors.shared_handles import (
     CollectorLink,
     pull_weights,
@@ -147,7 +146,7 @@ class InferenceServer:
     def __init__(
         self, spec: CollectorSpec, link: ServerLink, shared: CollectorLink, device: str, seed: int
     ) -> None:
-        from trackmind.agent.acting import FrozenGreedy, graph_factory
+        from trackmind.agent.acting import greedy_and_graphs
         from trackmind.agent.inference import make_inference_network
 
         torch.set_num_threads(spec.collector.torch_threads)
@@ -161,15 +160,12 @@ class InferenceServer:
         self.gen = torch.Generator(device=self.device).manual_seed(int(seed))
         self.greedy = np.zeros(n_cars, bool)
         self.precision = spec.collector.precision
-        cvar = spec.network.greedy_cvar
-        self.graphed: GraphedQ | None = None
-        graphs = None
+        sizes = None
         if spec.collector.cuda_graph:  # batches of 1, 2, 4, ... collectors' cars
             sizes = bucket_sizes(link.cars, len(link.pending))
-            dtype = autocast_dtype(self.device, self.precision)
-            graphs = graph_factory(self.k, sizes, dtype, cvar)
-            self.graphed = graphs(self.live.net, self.gen)
-        self.frozen = FrozenGreedy(self.live, self.k, n_cars, cvar, graphs)
+        self.frozen, self.graphed = greedy_and_graphs(
+            self.live, self.k, n_cars, spec.network.greedy_cvar, self.gen, sizes, self.precision
+        )
         self.stage = HostStage(link, self.device)
         self.batches = 0
 
