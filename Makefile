@@ -26,7 +26,8 @@ test-slow: $(STAMP)
 	$(PY) -m pytest -m slow
 
 # pyproject's ">=" minimums, installed exactly (scripts/min_deps.py) in a second venv, and the
-# default test suite run on them: proves every declared minimum true
+# default test suite run on them: proves every declared minimum true. TORCH_SPEC is named
+# again so that a minimum torch cannot meet fails loudly, never swaps in a multi-GB CUDA torch
 MIN_VENV := .venv-min
 test-min-deps:
 	rm -rf $(MIN_VENV)
@@ -34,7 +35,7 @@ test-min-deps:
 	$(MIN_VENV)/bin/python -m pip install -q --upgrade pip
 	$(MIN_VENV)/bin/python -m pip install -q "$(TORCH_SPEC)"
 	$(MIN_VENV)/bin/python scripts/min_deps.py --extras $(EXTRAS) > $(MIN_VENV)/minimums.txt
-	$(MIN_VENV)/bin/python -m pip install -q -c $(MIN_VENV)/minimums.txt -e ".[$(EXTRAS)]"
+	$(MIN_VENV)/bin/python -m pip install -q -c $(MIN_VENV)/minimums.txt "$(TORCH_SPEC)" -e ".[$(EXTRAS)]"
 	$(MIN_VENV)/bin/python -m pytest $(MIN_TESTS)
 
 # a pip user's first run: the wheel in a fresh venv, trained through `trackmind-train`

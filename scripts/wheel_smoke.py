@@ -72,7 +72,9 @@ def main(argv: list[str] | None = None) -> int:
         run("create the venv", [args.python, "-m", "venv", str(venv)], work)
         py, bin_dir = venv / "bin" / "python", venv / "bin"
         run("install torch", [str(py), "-m", "pip", "install", "-q", torch_spec], work)
-        run("install the wheel", [str(py), "-m", "pip", "install", "-q", str(wheel)], work)
+        # torch named again: a dependency that torch cannot meet fails, never swaps torch
+        install = [str(py), "-m", "pip", "install", "-q", torch_spec, str(wheel)]
+        run("install the wheel", install, work)
         user = work / "user"  # an empty folder: no conf/, no scripts/, no src/
         user.mkdir()
         where = run("import", [str(py), "-c", "import trackmind; print(trackmind.__file__)"], user)
