@@ -15,7 +15,7 @@ import pytest
 import torch
 from specs import smoke_plan
 
-from trackmind.agent.acting import FrozenGreedy, batch_q, graph_factory
+from trackmind.agent.acting import FrozenGreedy, batch_q, graph_factory, greedy_and_graphs
 from trackmind.agent.graphed_inference import GraphedQ, bucket_for, bucket_sizes
 from trackmind.agent.inference import make_inference_network
 from trackmind.collectors.inference_server import InferenceServer, make_server_link
@@ -108,6 +108,44 @@ def test_batch_q_with_graphs_keeps_greedy_cars_on_their_frozen_weights():
     graphed(img[:2], floats[:2])  # a later call rewrites the static output, not q (a clone)
     _same(q[greedy], plain[greedy])
     assert torch.equal(q[~greedy], q_explore)
+
+
+def test_a_batch_of_greedy_cars_alone_replays_no_live_graph():
+    plan = smoke_plan("network=iqn_cpu", "collector.device=cpu")
+    live = make_inference_network(plan.new_network())
+    k, n = plan.network.n_quantiles_inference, 5
+    greedy = np.ones(n, bool)
+    frozen = FrozenGreedy(live, k, n)
+    frozen.update(greedy, np.ones(n, bool), 1)
+    graphed = GraphedQ(live.net, k, (8,), torch.Generator().manual_seed(0))
+    img, floats = _inputs(live.net, n, 6)
+    q = batch_q(live, frozen, k, None, img, floats, np.arange(n), greedy, graphed)
+    b = graphed.buckets[8]
+    assert b.out is None  # the live network never ran: no output was ever written
+    assert bool((b.taus == 0.5).all())  # and no taus were drawn for it (still the filler)
+    staged_img, staged_floats = graphed.last_inputs()  # the rows the frozen copy read
+    assert torch.equal(staged_img, img) and torch.equal(staged_floats, floats)
+    eager = FrozenGreedy(live, k, n)
+    eager.update(greedy, np.ones(n, bool), 1)
+    plain = batch_q(live, eager, k, torch.Generator(), img, floats, np.arange(n), greedy)
+    assert q.shape == (n, live.net.n_actions) and q.dtype == torch.float32
+    _same(q, plain)
+
+
+def test_graphs_asked_for_off_a_gpu_say_so_once(caplog):
+    """A Ray worker placed without a GPU runs the static path eagerly: said, not silent."""
+    plan = smoke_plan("network=iqn_cpu", "collector.device=cpu")
+    live = make_inference_network(plan.new_network())
+    k = plan.network.n_quantiles_inference
+    with caplog.at_level("WARNING", logger="trackmind.agent.acting"):
+        _, graphed = greedy_and_graphs(live, k, 4, 1.0, torch.Generator(), (4,), "fp32")
+    assert graphed is not None and not graphed.capture
+    (record,) = caplog.records
+    assert "collector.cuda_graph" in record.message and "on cpu, not a GPU" in record.message
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="trackmind.agent.acting"):
+        greedy_and_graphs(live, k, 4, 1.0, torch.Generator(), None, "fp32")
+    assert not caplog.records  # no graphs asked for: nothing to say
 
 
 def test_frozen_copies_replay_midpoint_graphs_kept_with_their_spare_copy():

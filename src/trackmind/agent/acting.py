@@ -12,6 +12,7 @@ Copies are kept per version in use and reused, so a collector holds a few at mos
 from __future__ import annotations
 
 import copy
+import logging
 from collections.abc import Callable
 from typing import Protocol
 
@@ -33,6 +34,8 @@ from trackmind.agent.inference import (
 )
 from trackmind.agent.network import IQNNetwork
 from trackmind.env.observations import FLOATS
+
+log = logging.getLogger(__name__)
 
 
 def cars_q_tensor(
@@ -165,6 +168,12 @@ def greedy_and_graphs(
     if graph_sizes is None:
         return FrozenGreedy(live, k, n_cars, cvar), None
     device = network_device(live.net)
+    if device.type != "cuda":  # a Ray worker placed without a GPU: said once, not silent
+        log.warning(
+            "collector.cuda_graph: this collector's network is on %s, not a GPU: its "
+            "forward runs on the same static tensors, eagerly (no graph is captured)",
+            device,
+        )
     graphs = graph_factory(k, graph_sizes, autocast_dtype(device, precision), cvar)
     return FrozenGreedy(live, k, n_cars, cvar, graphs), graphs(live.net, gen)
 
@@ -194,14 +203,19 @@ def batch_q(
     version.
 
     With `graphed` (collector.cuda_graph) the live weights' values come from its replayed
-    graph for every row, and greedy rows are then overwritten: one replay, not a gather."""
+    graph for every row, and greedy rows are then overwritten: one replay, not a gather. A
+    batch of greedy cars alone replays no live graph: its rows are only staged on the device."""
     explore = np.flatnonzero(~greedy[cars])
     if graphed is not None:
-        q = graphed(img, floats)
-        if len(explore) == len(cars):
-            return q
-        q = q.clone()  # the graph's static output is rewritten by the next replay
-        img, floats = graphed.last_inputs()  # the batch on the device (the server's is not)
+        if len(explore) == 0:
+            img, floats = graphed.stage(img, floats)  # the batch on the device, no replay
+            q = torch.empty((len(cars), live.net.n_actions), device=floats.device)  # fp32
+        else:
+            q = graphed(img, floats)
+            if len(explore) == len(cars):
+                return q
+            q = q.clone()  # the graph's static output is rewritten by the next replay
+            img, floats = graphed.last_inputs()  # the batch on the device (the server's is not)
         with torch.inference_mode():
             frozen.fill(q, img, floats, frozen.bound[cars])
         return q

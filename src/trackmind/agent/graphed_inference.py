@@ -122,12 +122,8 @@ class GraphedQ:
     def __call__(self, img: torch.Tensor | None, floats: torch.Tensor) -> torch.Tensor:
         """Q values (n, A), float32, on the network's device: a view of the bucket's static
         output, valid until the next call (read or copy it first)."""
-        n = int(floats.shape[0])
-        size = bucket_for(n, self.sizes)
-        b = self.buckets.get(size) or self._new_bucket(size)
-        if b.img is not None:
-            b.img[:n].copy_(img, non_blocking=True)
-        b.floats[:n].copy_(floats, non_blocking=True)
+        self.stage(img, floats)
+        b, n = self.last
         if not self.midpoint:
             torch.rand(b.taus.shape, generator=self.gen, device=self.device, out=b.taus)
         if b.graph is not None and self.failed is not None:
@@ -143,8 +139,21 @@ class GraphedQ:
             else:
                 with torch.inference_mode():
                     b.out.copy_(out)
-        self.last = (b, n)
         return b.out[:n]
+
+    def stage(
+        self, img: torch.Tensor | None, floats: torch.Tensor
+    ) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """Copy a batch into its bucket's static inputs without running the network: what
+        last_inputs() then returns. For a batch that only frozen greedy copies read."""
+        n = int(floats.shape[0])
+        size = bucket_for(n, self.sizes)
+        b = self.buckets.get(size) or self._new_bucket(size)
+        if b.img is not None:
+            b.img[:n].copy_(img, non_blocking=True)
+        b.floats[:n].copy_(floats, non_blocking=True)
+        self.last = (b, n)
+        return self.last_inputs()
 
     def last_inputs(self) -> tuple[torch.Tensor | None, torch.Tensor]:
         """(frames, floats) of the last call, on the network's device: the rows its static
