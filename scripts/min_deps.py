@@ -1,12 +1,13 @@
 """Print pip constraints that pin every declared dependency to its minimum version.
 
     python scripts/min_deps.py [--extras dev,ray,sweep] > minimums.txt
-    pip install -c minimums.txt -e ".[dev,ray,sweep]"     # what `make test-min-deps` does
+    pip install -c minimums.txt torch==2.13.0 -e ".[dev,ray,sweep]"  # make test-min-deps
 
 A `>=` in pyproject.toml is a promise that the code works with that release; installing
 exactly those releases (dependencies of dependencies at their newest) and running the tests
 is how the promise is kept. torch is left out: its minimum on PyPI is a multi-GB CUDA build,
-and the Makefile pins the CPU build it tests with.
+and the Makefile pins the CPU build it tests with, naming it again in the install so that a
+minimum torch cannot meet fails the install instead of swapping torch for a CUDA build.
 """
 
 from __future__ import annotations

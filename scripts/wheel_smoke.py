@@ -5,11 +5,12 @@ console script, with no clone in sight.
     python scripts/wheel_smoke.py --keep DIR      # leave the venv and the run in DIR
 
 The venv gets torch first (TORCH_SPEC, the CPU build the Makefile pins), then the wheel with
-its dependencies from the package index. The console scripts run from an empty folder, so
-nothing of the checkout (conf/, scripts/, src/) can stand in for what the wheel ships:
-`trackmind-train debug=smoke` must train and record an MLflow run in that folder, then
-`trackmind-evaluate` races its agent.pt and `trackmind-drive` drives a map. Exit status 0
-when every step did; otherwise the step that failed, in one line, and its output.
+its dependencies from the package index, torch named again so it is never swapped. The
+console scripts run from an empty folder, so nothing of the checkout (conf/, scripts/,
+src/) can stand in for what the wheel ships: `trackmind-train debug=smoke` must train and
+record an MLflow run in that folder, then `trackmind-evaluate` races its agent.pt and
+`trackmind-drive` drives a map. Exit status 0 when every step did; otherwise the step that
+failed, in one line, and its output.
 """
 
 from __future__ import annotations

@@ -15,7 +15,13 @@ import pytest
 import torch
 from specs import smoke_plan
 
-from trackmind.agent.acting import FrozenGreedy, batch_q, graph_factory, greedy_and_graphs
+from trackmind.agent.acting import (
+    FrozenGreedy,
+    batch_q,
+    cars_q_tensor,
+    graph_factory,
+    greedy_and_graphs,
+)
 from trackmind.agent.graphed_inference import GraphedQ, bucket_for, bucket_sizes
 from trackmind.agent.inference import make_inference_network
 from trackmind.collectors.inference_server import InferenceServer, make_server_link
@@ -114,25 +120,33 @@ def test_a_batch_of_greedy_cars_alone_replays_no_live_graph():
     plan = smoke_plan("network=iqn_cpu", "collector.device=cpu")
     live = make_inference_network(plan.new_network())
     k, n = plan.network.n_quantiles_inference, 5
+    graphs = graph_factory(k, (8,), None, 1.0)
+    frozen = FrozenGreedy(live, k, n, graphs=graphs)  # as greedy_and_graphs makes them
+    first = np.array([1, 1, 1, 0, 0], bool)
+    frozen.update(first, np.ones(n, bool), 1)  # cars 0-2 start greedy races at version 1
+    with torch.no_grad():  # new live weights, then cars 3 and 4 start theirs at version 2
+        for p in live.net.parameters():
+            p.add_(0.05)
     greedy = np.ones(n, bool)
-    frozen = FrozenGreedy(live, k, n)
-    frozen.update(greedy, np.ones(n, bool), 1)
-    graphed = GraphedQ(live.net, k, (8,), torch.Generator().manual_seed(0))
+    frozen.update(greedy, ~first, 2)
+    assert frozen.bound.tolist() == [1, 1, 1, 2, 2]
+    graphed = graphs(live.net, torch.Generator().manual_seed(0))
     img, floats = _inputs(live.net, n, 6)
     q = batch_q(live, frozen, k, None, img, floats, np.arange(n), greedy, graphed)
     b = graphed.buckets[8]
     assert b.out is None  # the live network never ran: no output was ever written
     assert bool((b.taus == 0.5).all())  # and no taus were drawn for it (still the filler)
-    staged_img, staged_floats = graphed.last_inputs()  # the rows the frozen copy read
+    staged_img, staged_floats = graphed.last_inputs()  # the rows the frozen copies read
     assert torch.equal(staged_img, img) and torch.equal(staged_floats, floats)
-    eager = FrozenGreedy(live, k, n)
-    eager.update(greedy, np.ones(n, bool), 1)
-    plain = batch_q(live, eager, k, torch.Generator(), img, floats, np.arange(n), greedy)
     assert q.shape == (n, live.net.n_actions) and q.dtype == torch.float32
-    _same(q, plain)
+    for v, rows in ((1, np.arange(3)), (2, np.arange(3, 5))):  # every row, by its version
+        want = cars_q_tensor(frozen.nets[v], img, floats, rows, k, None, True, 1.0)
+        _same(q[rows], want)
+    other = cars_q_tensor(frozen.nets[1], img, floats, np.arange(3, 5), k, None, True, 1.0)
+    assert not torch.allclose(q[3:], other)  # the two versions' weights differ
 
 
-def test_graphs_asked_for_off_a_gpu_say_so_once(caplog):
+def test_graphs_asked_for_off_a_gpu_say_so_in_one_line(caplog):
     """A Ray worker placed without a GPU runs the static path eagerly: said, not silent."""
     plan = smoke_plan("network=iqn_cpu", "collector.device=cpu")
     live = make_inference_network(plan.new_network())

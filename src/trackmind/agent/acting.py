@@ -209,7 +209,9 @@ def batch_q(
     if graphed is not None:
         if len(explore) == 0:
             img, floats = graphed.stage(img, floats)  # the batch on the device, no replay
-            q = torch.empty((len(cars), live.net.n_actions), device=floats.device)  # fp32
+            q = torch.empty(
+                (len(cars), live.net.n_actions), dtype=torch.float32, device=floats.device
+            )
         else:
             q = graphed(img, floats)
             if len(explore) == len(cars):
