@@ -114,7 +114,8 @@ def screen_table(saved: dict[str, list[dict]]) -> str:
     """bench_learning rows of short screening runs, one line per lever over its seeds: the
     mean share of the map the closing window's greedy races covered (late_progress) seed by
     seed and its median, the median first finish (a run with none counts as its budget), the
-    median finish rate of the closing window and the median learner speed."""
+    median finish rate of the closing window, the median learner speed, and the days the
+    runs were made (a lever is compared with a control of the same day and checkout)."""
     without_seed = load_script("bench_learning").without_seed
     levers: dict[tuple, list[dict]] = {}
     for rows in saved.values():
@@ -139,6 +140,7 @@ def screen_table(saved: dict[str, list[dict]]) -> str:
                 f"{statistics.median(firsts):.1f} min" + (f" ({never} never)" if never else ""),
                 f"{statistics.median(r['finish_rate'] for r in rs):.0%}",
                 f"{statistics.median(speeds):,.0f}" if speeds else None,
+                ", ".join(sorted({r["date"] for r in rs})),
             ]
         )
     columns = [
@@ -151,6 +153,7 @@ def screen_table(saved: dict[str, list[dict]]) -> str:
         "first greedy finish (median)",
         "finished, last third (median)",
         "samples/s (median)",
+        "measured",
     ]
     return markdown_table(columns, out)
 

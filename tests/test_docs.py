@@ -102,8 +102,9 @@ def test_screen_table_by_hand():
     medians by hand; a run that never finished counts as its whole budget."""
     docs = load_script("make_docs")
 
-    def row(overrides, progress, first, rate, speed):
+    def row(overrides, progress, first, rate, speed, day="2026-11-27"):
         return {
+            "date": day,
             "map": "technical",
             "minutes": 10.0,
             "overrides": overrides,
@@ -117,12 +118,12 @@ def test_screen_table_by_hand():
         "technical|10|x=1 seed=2": [row("x=1 seed=2", 0.5, None, 0.0, 7000.0)],
         "technical|10|x=1": [row("x=1", 0.25, 6.0, 0.1, 6000.0)],
         "technical|10|seed=1": [row("seed=1", 0.2, 9.0, 0.02, 6500.0)],
-        "technical|10|x=1 seed=1": [row("x=1 seed=1", 0.3, 8.0, 0.2, 5000.0)],
+        "technical|10|x=1 seed=1": [row("x=1 seed=1", 0.3, 8.0, 0.2, 5000.0, "2026-11-26")],
     }
     assert docs.is_screen(saved) and not docs.is_screen({"columns": [], "rows": []})
     lines = docs.screen_table(saved).splitlines()
     assert lines[2] == (
         "| technical | 10 min | `x=1` | 0, 1, 2 | 25% / 30% / 50% | 30% | 8.0 min (1 never) "
-        "| 10% | 6,000 |"
+        "| 10% | 6,000 | 2026-11-26, 2026-11-27 |"
     )
     assert lines[3].startswith("| technical | 10 min | defaults | 1 | 20% | 20% | 9.0 min |")
