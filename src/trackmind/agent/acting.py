@@ -168,7 +168,7 @@ def greedy_and_graphs(
     if graph_sizes is None:
         return FrozenGreedy(live, k, n_cars, cvar), None
     device = network_device(live.net)
-    if device.type != "cuda":  # a Ray worker placed without a GPU: said once, not silent
+    if device.type != "cuda":  # a Ray worker placed without a GPU: one line per collector
         log.warning(
             "collector.cuda_graph: this collector's network is on %s, not a GPU: its "
             "forward runs on the same static tensors, eagerly (no graph is captured)",
