@@ -117,6 +117,8 @@ LEARNER_COMPILE_MODES = (
     "max-autotune-no-cudagraphs",  # inside learner.cuda_graph
 )
 
+TARGET_TAUS = ("random", "stratified")
+
 
 @dataclass
 class LearnerConfig:
@@ -138,6 +140,9 @@ class LearnerConfig:
     munchausen_alpha: float = 0.0
     munchausen_temperature: float = 0.03
     munchausen_clip: float = -1.0
+    # how the target's next-state taus are drawn: random (uniform, as IQN) or stratified (one
+    # per stratum, mirrored): the same expectation, a steadier mean for the argmax at s'
+    target_taus: str = "random"
     grad_clip_norm: float = MISSING
     target_tau: float = MISSING
     target_update_every_transitions: int = MISSING
@@ -186,6 +191,11 @@ class LearnerConfig:
                 f"{key}.{name}",
                 f"must be a {'positive' if strict else 'non-negative'} number, got {v!r}",
             )
+        require(
+            self.target_taus in TARGET_TAUS,
+            f"{key}.target_taus",
+            f"must be one of {', '.join(TARGET_TAUS)}, got {self.target_taus!r}",
+        )
         al = self.advantage_learning
         require(0 <= al < 1, f"{key}.advantage_learning", f"must be in [0, 1), got {al!r}")
         ma, mt, mc = self.munchausen_alpha, self.munchausen_temperature, self.munchausen_clip
@@ -300,6 +310,14 @@ class IQNLightningModule(L.LightningModule):
         self.n_train = int(n_quantiles_train)
         self.munchausen = self.cfg.munchausen()  # made once: compute_loss runs every batch
         self.n_target = int(n_quantiles_target)
+        require(
+            self.cfg.target_taus != "stratified" or self.n_target % 2 == 0,
+            "learner.target_taus",
+            f"stratified taus need an even network.n_quantiles_target, got {self.n_target}",
+        )
+        self.target_taus = (
+            stratified_symmetric_taus if self.cfg.target_taus == "stratified" else random_taus
+        )
         self.lr_schedule = schedule_from(self.cfg.lr, "learner.lr")
         self.gamma_schedule = schedule_from(self.cfg.gamma, "learner.gamma")
         self.frames = frames
@@ -375,7 +393,7 @@ class IQNLightningModule(L.LightningModule):
         online, target = self._forwards()
         z = online(state_img, batch["state_float"], taus)
         with torch.no_grad():
-            taus_next = random_taus(b, self.n_target, device=self.device)
+            taus_next = self.target_taus(b, self.n_target, device=self.device)
             z_next = target(next_img, batch["next_state_float"], taus_next)
             z_online_next = None
             if self.cfg.double_dqn:

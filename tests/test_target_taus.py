@@ -1,0 +1,82 @@
+"""learner.target_taus: how the target network's next-state taus are drawn."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from trackmind.agent.network_config import build_network
+from trackmind.errors import ConfigError
+from trackmind.training.module import IQNLightningModule, learner_config
+
+ROOT = Path(__file__).resolve().parents[1]
+FLOATS = 184
+
+
+def _learner(**change) -> dict:
+    raw = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "learner" / "iqn.yaml"))
+    return {**raw, **change}
+
+
+def _module(n_target: int = 8, **change) -> IQNLightningModule:
+    net = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "network" / "iqn_floats.yaml"))
+    torch.manual_seed(0)
+    return IQNLightningModule(
+        build_network(net, FLOATS, None), _learner(**change), n_quantiles_target=n_target
+    )
+
+
+def _next_state_taus(module: IQNLightningModule, batch_size: int = 64) -> torch.Tensor:
+    """The taus the target network is called with in one compute_loss."""
+    seen = []
+    forward = module.target_network.forward
+
+    def spy(img, floats, taus):
+        seen.append(taus.clone())
+        return forward(img, floats, taus)
+
+    module.target_network.forward = spy
+    batch = {
+        "state_float": torch.randn(batch_size, FLOATS),
+        "next_state_float": torch.randn(batch_size, FLOATS),
+        "action": torch.randint(0, 12, (batch_size,)),
+        "reward": torch.randn(batch_size),
+        "discount": torch.ones(batch_size),
+    }
+    module.compute_loss(batch)
+    assert len(seen) == 1
+    return seen[0]
+
+
+def test_stratified_target_taus_hold_one_tau_per_stratum_mirrored_around_a_half():
+    taus = _next_state_taus(_module(target_taus="stratified"))
+    assert taus.shape == (64, 8)
+    low, high = taus[:, :4], taus[:, 4:]
+    strata = torch.arange(4).float()
+    # tau_k in [k/8, (k+1)/8) for k < 4, and the upper half is 1 - the lower, k for k
+    assert bool(((low >= strata / 8) & (low < (strata + 1) / 8)).all())
+    torch.testing.assert_close(high, 1.0 - low)
+    # each row's mean is exactly one half: the mean over taus is centred on every draw
+    torch.testing.assert_close(taus.mean(dim=1), torch.full((64,), 0.5))
+
+
+def test_random_target_taus_stay_the_default_uniform_draws():
+    assert _learner()["target_taus"] == "random"
+    taus = _next_state_taus(_module())
+    assert taus.shape == (64, 8)
+    assert bool(((taus >= 0) & (taus < 1)).all())
+    # uniform draws: row means scatter around a half (stratified rows would all be 0.5)
+    assert float(taus.mean(dim=1).std()) > 0.02
+
+
+def test_an_unknown_tau_draw_is_refused_naming_the_key():
+    with pytest.raises(ConfigError, match=r"learner\.target_taus.*random, stratified"):
+        learner_config(_learner(target_taus="midpoint"))
+
+
+def test_stratified_target_taus_need_an_even_count():
+    with pytest.raises(ConfigError, match=r"learner\.target_taus.*even.*got 5"):
+        _module(n_target=5, target_taus="stratified")
