@@ -48,20 +48,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: map {failed[0][0]}: {failed[0][1]}", file=sys.stderr)
         return 2
     from trackmind.agent.inference import greedy_q
-    from trackmind.agent.network_config import build_network, network_config
     from trackmind.env.build import make_race
+    from trackmind.evaluation import checkpoint_network
     from trackmind.replay.config import BufferConfig
     from trackmind.training.factory import recorded_config
 
     cfg = recorded_config(ckpt["config"])
     entry = cycle.entries[0]
     race = make_race(cfg.env, cfg.reward, n_cars=1, maps=entry.track)
-    stats = race.observation.term(FLOATS)
-    frame_shape = race.frame_shape if race.frame_shape[0] else None
-    network = network_config(cfg.network, stats.size, frame_shape)  # as it was trained
-    net = build_network(network, stats.size, frame_shape, stats.mean, stats.std)
-    net.load_state_dict(ckpt["network"])
-    net.eval()
+    try:
+        net, network = checkpoint_network(race, cfg, ckpt)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        race.close()
+        return 2
     k = network.n_quantiles_inference
     horizon = BufferConfig.from_dict(cfg.buffer).horizon_actions(race.action_ms)
 

@@ -278,6 +278,29 @@ def test_value_audit_compares_q_with_true_mini_race_returns(tmp_path, capsys):
     assert capsys.readouterr().err.startswith("error: ")
 
 
+def test_target_argmax_tables_each_draw_against_the_greedy_action(tmp_path, capsys):
+    """scripts/target_argmax.py: one row per count and draw, shares between 0 and 100%."""
+    import target_argmax as script
+
+    plan = _plan()
+    _, _, net = build_collector_parts(plan.collectors, n_cars=1)
+    agent = tmp_path / "agent.pt"
+    torch.save({"network": net.state_dict(), "config": plan.cfg}, agent)
+    argv = [str(agent), "--map", "starter", "--counts", "2", "4", "--repeats", "2"]
+    assert script.main([*argv, "--max-actions", "20"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("20 states of one greedy race on starter")
+    rows = [r.strip("|").split("|") for r in out.splitlines() if r.startswith("| ") and "%" in r]
+    assert [(r[0].strip(), int(r[1])) for r in rows] == [
+        ("random", 2),
+        ("stratified", 2),
+        ("random", 4),
+        ("stratified", 4),
+    ]
+    for r in rows:
+        assert 0.0 <= float(r[2].strip().rstrip("%")) <= 100.0 and float(r[3]) >= 0.0
+
+
 def test_the_target_network_takes_its_own_quantile_count():
     from trackmind.training.run import build_learner
 

@@ -80,3 +80,20 @@ def test_an_unknown_tau_draw_is_refused_naming_the_key():
 def test_stratified_target_taus_need_an_even_count():
     with pytest.raises(ConfigError, match=r"learner\.target_taus.*even.*got 5"):
         _module(n_target=5, target_taus="stratified")
+
+
+def test_argmax_agreement_counts_draws_that_pick_the_best_action_and_the_value_lost():
+    from test_scripts import load_script
+
+    ta = load_script("target_argmax")
+    q_ref = torch.tensor([[1.0, 1.2, 0.0], [0.5, 0.0, 0.1]])  # best: 1, then 0
+    draws = torch.tensor(
+        [
+            [[1.0, 1.3, 0.0], [0.4, 0.0, 0.5]],  # state 0 right; state 1 picks 2 (lost 0.4)
+            [[1.5, 1.2, 0.0], [0.6, 0.0, 0.1]],  # state 0 picks 0 (lost 0.2); state 1 right
+        ]
+    )
+    agree, lost = ta.argmax_agreement(q_ref, draws)
+    assert agree == pytest.approx(0.5)  # 2 of 4
+    assert lost == pytest.approx((0.0 + 0.4 + 0.2 + 0.0) / 4)
+    torch.testing.assert_close(ta.action_gaps(q_ref), torch.tensor([0.2, 0.4]))

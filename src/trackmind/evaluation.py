@@ -125,11 +125,9 @@ def loadable_cycle(maps: list[str | dict]):
     return (MapCycle.from_config(good) if good else None), failed
 
 
-def _evaluate_map(
-    race, cfg, ckpt, cycle, entry, *, races, trace, plot_dir, video, midpoint, cvar=None
-) -> dict:
-    """`races` greedy races on one map, with the trace, plot and GIF asked for; its row."""
-
+def checkpoint_network(race, cfg, ckpt: dict):
+    """(the checkpoint's network in eval mode, its NetworkConfig), built as it was trained
+    for this race's observations; ValueError when the weights are of another architecture."""
     stats = race.observation.term(FLOATS)
     frame_shape = race.frame_shape if race.frame_shape[0] else None
     network = network_config(cfg.network, stats.size, frame_shape)  # as it was trained
@@ -139,7 +137,15 @@ def _evaluate_map(
     except RuntimeError as e:  # weights of another architecture than its config
         first = str(e).splitlines()[1].strip() if "\n" in str(e) else str(e)
         raise ValueError(f"checkpoint network does not match its config: {first}") from None
-    net.eval()
+    return net.eval(), network
+
+
+def _evaluate_map(
+    race, cfg, ckpt, cycle, entry, *, races, trace, plot_dir, video, midpoint, cvar=None
+) -> dict:
+    """`races` greedy races on one map, with the trace, plot and GIF asked for; its row."""
+
+    net, network = checkpoint_network(race, cfg, ckpt)
     gen = torch.Generator().manual_seed(0)
     k = network.n_quantiles_inference
     cvar = network.greedy_cvar if cvar is None else float(cvar)

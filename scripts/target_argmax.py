@@ -1,0 +1,118 @@
+"""How often the target's action at s' is the network's greedy action, by how the taus are drawn.
+
+    python scripts/target_argmax.py outputs/<run>/agent.pt --map technical
+    python scripts/target_argmax.py best.pt --map hairpins --counts 4 8 16 --repeats 32
+
+The IQN target bootstraps from a* = argmax_a of the mean of Z(s', tau, a) over the N' taus
+it draws (network.n_quantiles_target, learner.target_taus). That mean is an estimate of Q,
+and where actions are close (action gaps of about 0.01 on technical, docs/learning.md) its
+noise picks another action than the true argmax. This script drives one greedy race with
+the checkpoint, and at each of its states compares a* from N' random or stratified taus
+(`--repeats` draws each) with the argmax of the mean over `--reference` midpoint taus (the
+network's Q, as exactly as it can be read). It prints, per draw and count, the share of
+draws that agree and the mean Q lost by the chosen action, beside the median action gap.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import torch
+
+from trackmind.cli import OneLineParser, int_at_least
+
+DRAWS = ("random", "stratified")
+
+
+def argmax_agreement(q_ref: torch.Tensor, q_draws: torch.Tensor) -> tuple[float, float]:
+    """(share of draws whose argmax is q_ref's, mean Q lost by the drawn argmax) for the
+    reference values q_ref (S, A) and R draws of estimates of them, q_draws (R, S, A)."""
+    best = q_ref.argmax(dim=1)
+    chosen = q_draws.argmax(dim=2)  # (R, S)
+    agree = (chosen == best).float().mean()
+    lost = q_ref.max(dim=1).values - q_ref.gather(1, chosen.t()).t()  # (R, S)
+    return float(agree), float(lost.mean())
+
+
+def action_gaps(q: torch.Tensor) -> torch.Tensor:
+    """Best minus second-best action value per state (S,), from q (S, A)."""
+    top = q.topk(2, dim=1).values
+    return top[:, 0] - top[:, 1]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = OneLineParser(description=__doc__.split("\n")[0])
+    ap.add_argument("checkpoint")
+    ap.add_argument("--map", required=True, help="a map name, procedural:<seed> or a file")
+    ap.add_argument("--counts", type=int_at_least(2), nargs="+", default=[4, 8, 16])
+    ap.add_argument("--repeats", type=int_at_least(1), default=16, help="draws per state")
+    ap.add_argument("--reference", type=int_at_least(2), default=64, help="midpoint taus")
+    ap.add_argument("--max-actions", type=int_at_least(1), default=3000)
+    args = ap.parse_args(argv)
+    odd = [n for n in args.counts if n % 2]
+    if odd:
+        ap.error(f"--counts must be even (stratified taus are mirrored), got {odd}")
+    from trackmind.agent.network import midpoint_taus, random_taus, stratified_symmetric_taus
+    from trackmind.env.build import make_race
+    from trackmind.env.observations import FLOATS
+    from trackmind.evaluation import checkpoint_network, load_checkpoint, loadable_cycle
+    from trackmind.training.factory import recorded_config
+
+    try:
+        ckpt = load_checkpoint(args.checkpoint)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    cycle, failed = loadable_cycle([args.map])
+    if failed:
+        print(f"error: map {failed[0][0]}: {failed[0][1]}", file=sys.stderr)
+        return 2
+    cfg = recorded_config(ckpt["config"])
+    race = make_race(cfg.env, cfg.reward, n_cars=1, maps=cycle.entries[0].track)
+    try:
+        net, _ = checkpoint_network(race, cfg, ckpt)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        race.close()
+        return 2
+    torch.manual_seed(0)
+
+    def q_mean(img, floats, taus) -> torch.Tensor:
+        with torch.no_grad():
+            return net(img, floats, taus).mean(dim=1)
+
+    imgs, floats = [], []
+    obs, _ = race.reset()
+    for _ in range(args.max_actions):
+        img = torch.from_numpy(obs["frame"]) if "frame" in obs else None
+        f = torch.from_numpy(obs[FLOATS])
+        imgs.append(img)
+        floats.append(f)
+        a = int(q_mean(img, f, midpoint_taus(1, args.reference)).argmax())
+        obs, _, terminated, truncated, _ = race.step(np.array([a]))
+        if terminated[0] or truncated[0]:
+            break
+    race.close()
+    img = torch.cat(imgs) if imgs[0] is not None else None
+    f = torch.cat(floats)
+    s = f.shape[0]
+    q_ref = q_mean(img, f, midpoint_taus(s, args.reference))
+    gaps = action_gaps(q_ref)
+    print(
+        f"{s} states of one greedy race on {args.map}; action gap (best - second) median "
+        f"{float(gaps.median()):.4f}, 10th percentile {float(gaps.quantile(0.1)):.4f}"
+    )
+    print("| target taus | N' | a* = greedy action | mean Q lost by a* |")
+    print("|---|---|---|---|")
+    draw_taus = {"random": random_taus, "stratified": stratified_symmetric_taus}
+    for n in args.counts:
+        for kind in DRAWS:
+            q = torch.stack([q_mean(img, f, draw_taus[kind](s, n)) for _ in range(args.repeats)])
+            agree, lost = argmax_agreement(q_ref, q)
+            print(f"| {kind} | {n} | {agree:.1%} | {lost:.5f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
