@@ -2,6 +2,8 @@
 
     python scripts/target_argmax.py outputs/<run>/agent.pt --map technical
     python scripts/target_argmax.py best.pt --map hairpins --counts 4 8 16 --repeats 32
+    python scripts/target_argmax.py <run>/agent.pt --map technical \
+        --json docs/results/levers/target-taus-noise.json --label "random taus, seed 2"
 
 The IQN target bootstraps from a* = argmax_a of the mean of Z(s', tau, a) over the N' taus
 it draws (network.n_quantiles_target, learner.target_taus). That mean is an estimate of Q,
@@ -10,12 +12,17 @@ noise picks another action than the true argmax. This script drives one greedy r
 the checkpoint, and at each of its states compares a* from N' random or stratified taus
 (`--repeats` draws each) with the argmax of the mean over `--reference` midpoint taus (the
 network's Q, as exactly as it can be read). It prints, per draw and count, the share of
-draws that agree and the mean Q lost by the chosen action, beside the median action gap.
+draws that agree, the mean Q lost by the chosen action, and the spread over draws of the
+value the target bootstraps (the mean of a*'s quantiles), beside the median action gap.
+With --json the rows are also saved under --label in a table file for the docs (rows of
+other labels in it are kept).
 """
 
 from __future__ import annotations
 
+import json
 import sys
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -23,6 +30,25 @@ import torch
 from trackmind.cli import OneLineParser, int_at_least
 
 DRAWS = ("random", "stratified")
+COLUMNS = [
+    "checkpoint",
+    "target taus",
+    "N'",
+    "a* is the greedy action",
+    "mean Q lost by a*",
+    "sd of the bootstrapped value",
+    "median action gap",
+]
+
+
+def save_rows(path: Path, label: str, rows: list[list]) -> None:
+    """Put `rows` (each led by `label`) in the table file at `path`, replacing that label's
+    earlier rows and keeping the others."""
+    kept = []
+    if path.exists():
+        kept = [r for r in json.loads(path.read_text())["rows"] if r[0] != label]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"columns": COLUMNS, "rows": kept + rows}, indent=1) + "\n")
 
 
 def argmax_agreement(q_ref: torch.Tensor, q_draws: torch.Tensor) -> tuple[float, float]:
@@ -33,6 +59,13 @@ def argmax_agreement(q_ref: torch.Tensor, q_draws: torch.Tensor) -> tuple[float,
     agree = (chosen == best).float().mean()
     lost = q_ref.max(dim=1).values - q_ref.gather(1, chosen.t()).t()  # (R, S)
     return float(agree), float(lost.mean())
+
+
+def value_spread(q_draws: torch.Tensor) -> float:
+    """The noise of the bootstrapped value: the standard deviation over R draws of
+    max_a q_draws (the mean over the drawn taus of a*'s quantiles), averaged over states;
+    q_draws (R, S, A)."""
+    return float(q_draws.max(dim=2).values.std(dim=0, unbiased=False).mean())
 
 
 def action_gaps(q: torch.Tensor) -> torch.Tensor:
@@ -49,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int_at_least(1), default=16, help="draws per state")
     ap.add_argument("--reference", type=int_at_least(2), default=64, help="midpoint taus")
     ap.add_argument("--max-actions", type=int_at_least(1), default=3000)
+    ap.add_argument("--json", type=Path, help="also save the rows in this table file")
+    ap.add_argument("--label", help="the rows' checkpoint label in --json (default: the path)")
     args = ap.parse_args(argv)
     odd = [n for n in args.counts if n % 2]
     if odd:
@@ -103,14 +138,23 @@ def main(argv: list[str] | None = None) -> int:
         f"{s} states of one greedy race on {args.map}; action gap (best - second) median "
         f"{float(gaps.median()):.4f}, 10th percentile {float(gaps.quantile(0.1)):.4f}"
     )
-    print("| target taus | N' | a* = greedy action | mean Q lost by a* |")
-    print("|---|---|---|---|")
+    print("| target taus | N' | a* = greedy action | mean Q lost by a* | sd of a*'s mean |")
+    print("|---|---|---|---|---|")
     draw_taus = {"random": random_taus, "stratified": stratified_symmetric_taus}
+    label, gap = args.label or args.checkpoint, float(gaps.median())
+    rows = []
     for n in args.counts:
         for kind in DRAWS:
             q = torch.stack([q_mean(img, f, draw_taus[kind](s, n)) for _ in range(args.repeats)])
             agree, lost = argmax_agreement(q_ref, q)
-            print(f"| {kind} | {n} | {agree:.1%} | {lost:.5f} |")
+            spread = value_spread(q)
+            print(f"| {kind} | {n} | {agree:.1%} | {lost:.5f} | {spread:.5f} |")
+            rows.append(
+                [label, kind, n, f"{agree:.1%}", f"{lost:.4f}", f"{spread:.3f}", f"{gap:.4f}"]
+            )
+    if args.json is not None:
+        save_rows(args.json, label, rows)
+        print(f"wrote {args.json}")
     return 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -97,3 +98,19 @@ def test_argmax_agreement_counts_draws_that_pick_the_best_action_and_the_value_l
     assert agree == pytest.approx(0.5)  # 2 of 4
     assert lost == pytest.approx((0.0 + 0.4 + 0.2 + 0.0) / 4)
     torch.testing.assert_close(ta.action_gaps(q_ref), torch.tensor([0.2, 0.4]))
+    # max per draw: state 0 -> 1.3, 1.5 (sd 0.1); state 1 -> 0.5, 0.6 (sd 0.05)
+    assert ta.value_spread(draws) == pytest.approx((0.1 + 0.05) / 2)
+
+
+def test_saved_rows_replace_their_own_label_and_keep_the_others(tmp_path):
+    from test_scripts import load_script
+
+    ta = load_script("target_argmax")
+    path = tmp_path / "noise.json"
+    row = ["a", "random", 8, "64.0%", "0.0017", "0.217", "0.0031"]
+    ta.save_rows(path, "a", [row])
+    ta.save_rows(path, "b", [["b", *row[1:]]])
+    ta.save_rows(path, "a", [["a", "stratified", 8, "67.7%", "0.0012", "0.036", "0.0031"]])
+    saved = json.loads(path.read_text())
+    assert saved["columns"] == ta.COLUMNS
+    assert [r[:2] for r in saved["rows"]] == [["b", "random"], ["a", "stratified"]]

@@ -141,7 +141,7 @@ class LearnerConfig:
     munchausen_temperature: float = 0.03
     munchausen_clip: float = -1.0
     # how the target's next-state taus are drawn: random (uniform, as IQN) or stratified (one
-    # per stratum, mirrored): the same expectation, a steadier mean for the argmax at s'
+    # per stratum, mirrored): the same expectation, a steadier bootstrapped value
     target_taus: str = "random"
     grad_clip_norm: float = MISSING
     target_tau: float = MISSING
