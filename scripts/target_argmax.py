@@ -89,27 +89,13 @@ def main(argv: list[str] | None = None) -> int:
     if odd:
         ap.error(f"--counts must be even (stratified taus are mirrored), got {odd}")
     from trackmind.agent.network import midpoint_taus, random_taus, stratified_symmetric_taus
-    from trackmind.env.build import make_race
     from trackmind.env.observations import FLOATS
-    from trackmind.evaluation import checkpoint_network, load_checkpoint, loadable_cycle
-    from trackmind.training.factory import recorded_config
+    from trackmind.evaluation import checkpoint_race
 
     try:
-        ckpt = load_checkpoint(args.checkpoint)
+        race, net, _, _ = checkpoint_race(args.checkpoint, args.map)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
-    cycle, failed = loadable_cycle([args.map])
-    if failed:
-        print(f"error: map {failed[0][0]}: {failed[0][1]}", file=sys.stderr)
-        return 2
-    cfg = recorded_config(ckpt["config"])
-    race = make_race(cfg.env, cfg.reward, n_cars=1, maps=cycle.entries[0].track)
-    try:
-        net, _ = checkpoint_network(race, cfg, ckpt)
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        race.close()
         return 2
     torch.manual_seed(0)
 

@@ -22,7 +22,7 @@ import torch
 
 from trackmind.cli import OneLineParser, float_in, int_at_least
 from trackmind.env.observations import FLOATS
-from trackmind.evaluation import load_checkpoint, loadable_cycle
+from trackmind.evaluation import checkpoint_race
 
 BRAKE = 6  # game/actions.py: brake
 
@@ -38,29 +38,13 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.from_m >= args.to_m:
         ap.error(f"--from-m ({args.from_m:g}) must be below --to-m ({args.to_m:g})")
-    try:
-        ckpt = load_checkpoint(args.checkpoint)
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    cycle, failed = loadable_cycle([args.map])
-    if failed:
-        print(f"error: map {failed[0][0]}: {failed[0][1]}", file=sys.stderr)
-        return 2
     from trackmind.agent.inference import greedy_q
-    from trackmind.env.build import make_race
-    from trackmind.evaluation import checkpoint_network
     from trackmind.replay.config import BufferConfig
-    from trackmind.training.factory import recorded_config
 
-    cfg = recorded_config(ckpt["config"])
-    entry = cycle.entries[0]
-    race = make_race(cfg.env, cfg.reward, n_cars=1, maps=entry.track)
     try:
-        net, network = checkpoint_network(race, cfg, ckpt)
+        race, net, network, cfg = checkpoint_race(args.checkpoint, args.map)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
-        race.close()
         return 2
     k = network.n_quantiles_inference
     horizon = BufferConfig.from_dict(cfg.buffer).horizon_actions(race.action_ms)

@@ -140,6 +140,25 @@ def checkpoint_network(race, cfg, ckpt: dict):
     return net.eval(), network
 
 
+def checkpoint_race(path: str, map_name: str):
+    """(a one-car race on the map, the checkpoint's network, its NetworkConfig, the run's
+    recorded config) for the tools that study one checkpoint on one map; a ValueError with
+    a one-line message for a checkpoint that does not load, a map that does not load, or
+    weights of another architecture than their config."""
+    ckpt = load_checkpoint(path)
+    cycle, failed = loadable_cycle([map_name])
+    if failed:
+        raise ValueError(f"map {failed[0][0]}: {failed[0][1]}")
+    cfg = recorded_config(ckpt["config"])
+    race = make_race(cfg.env, cfg.reward, n_cars=1, maps=cycle.entries[0].track)
+    try:
+        net, network = checkpoint_network(race, cfg, ckpt)
+    except ValueError:
+        race.close()
+        raise
+    return race, net, network, cfg
+
+
 def _evaluate_map(
     race, cfg, ckpt, cycle, entry, *, races, trace, plot_dir, video, midpoint, cvar=None
 ) -> dict:
