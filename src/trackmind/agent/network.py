@@ -41,6 +41,11 @@ def random_taus(
     return torch.rand(batch, k, generator=generator, device=device)
 
 
+# how a set of training taus is drawn, by name (learner.target_taus): each draw's taus are
+# uniform on (0, 1), so either gives an unbiased quantile loss
+TAU_DRAWS = {"random": random_taus, "stratified": stratified_symmetric_taus}
+
+
 def midpoint_taus(batch: int, k: int, device=None, cvar: float = 1.0) -> torch.Tensor:
     """Evaluation taus (batch, k): the stratum midpoints (i + 1/2) / k * cvar, every call alike.
 

@@ -24,10 +24,10 @@ from omegaconf import MISSING
 
 from trackmind.agent.loss import Munchausen, NonFiniteGuard, iqn_loss
 from trackmind.agent.network import (
+    TAU_DRAWS,
     IQNNetwork,
     SpectralLinear,
     conv_layout_for,
-    random_taus,
     stratified_symmetric_taus,
 )
 from trackmind.agent.resets import reset_optimizer_state_, reset_slot, shrink_perturb_
@@ -117,7 +117,7 @@ LEARNER_COMPILE_MODES = (
     "max-autotune-no-cudagraphs",  # inside learner.cuda_graph
 )
 
-TARGET_TAUS = ("random", "stratified")
+TARGET_TAUS = tuple(TAU_DRAWS)
 
 
 @dataclass
@@ -315,9 +315,7 @@ class IQNLightningModule(L.LightningModule):
             "learner.target_taus",
             f"stratified taus need an even network.n_quantiles_target, got {self.n_target}",
         )
-        self.target_taus = (
-            stratified_symmetric_taus if self.cfg.target_taus == "stratified" else random_taus
-        )
+        self.target_taus = TAU_DRAWS[self.cfg.target_taus]
         self.lr_schedule = schedule_from(self.cfg.lr, "learner.lr")
         self.gamma_schedule = schedule_from(self.cfg.gamma, "learner.gamma")
         self.frames = frames
