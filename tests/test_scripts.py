@@ -170,8 +170,35 @@ def test_bench_learning_curve_by_hand():
     assert bench.summarise(history, 60_000.0, 30, 1808.0)["curve"] == curve
     row = {"map": "technical", "option": "technical", "minutes": 30, "overrides": "seed=1"}
     lines = bench.curves_table([{**row, "curve": curve, "run_id": "0123456789"}]).splitlines()
-    assert lines[2] == "| technical `seed=1` | 30 min | 0 50 - - - - - - - 50 | `01234567` |"
+    assert lines[2] == "| technical `seed=1` | 30 min | 0 50 - - - - - - - 50 | - | `01234567` |"
     assert len(bench.curves_table([{**row, "curve": None, "run_id": "x"}]).splitlines()) == 2
+
+
+def test_bench_learning_outcome_autocorrelation_by_hand():
+    """Lag-k autocorrelation of race outcomes: runs together > 0, alternating < 0."""
+    bench = load_script("bench_learning")
+    # 1 1 0 0: mean 1/2, deviations +-1/2, sum of squares 1; lag 1: 1/4 - 1/4 + 1/4
+    assert bench.outcome_autocorrelation([True, True, False, False]) == 0.25
+    # 1 0 1 0: three products of -1/4 over 1
+    assert bench.outcome_autocorrelation([True, False, True, False]) == -0.75
+    # lag 2 of 1 0 1 0: two products of +1/4 over 1
+    assert bench.outcome_autocorrelation([True, False, True, False], lag=2) == 0.5
+    # 1 1 1 0: mean 3/4, devs 1/4 1/4 1/4 -3/4, sum of squares 3/4; lag 1: 1/16 + 1/16 - 3/16
+    assert bench.outcome_autocorrelation([True, True, True, False]) == -1 / 12
+    assert bench.outcome_autocorrelation([True, True, True]) is None  # one outcome only
+    assert bench.outcome_autocorrelation([True, False]) is None  # too few for lag 1
+    history = [  # late_outcomes sorts by time and keeps the races from start_s on
+        {"wall_s": 1700.0, "time_ms": 1.0},
+        {"wall_s": 100.0, "time_ms": None},
+        {"wall_s": 1300.0, "time_ms": None},
+        {"wall_s": 1600.0, "time_ms": None},
+        {"wall_s": 1800.0, "time_ms": 2.0},
+    ]
+    assert bench.late_outcomes(history, 1200.0) == [False, False, True, True]
+    assert bench.summarise(history, 60_000.0, 30, 1808.0)["late_autocorr"] == 0.25
+    row = {"map": "technical", "option": "technical", "minutes": 30, "overrides": ""}
+    cells = {**row, "curve": [0.5] * 10, "late_autocorr": 0.25, "run_id": "0123456789"}
+    assert bench.curves_table([cells]).splitlines()[2].endswith("| +0.25 | `01234567` |")
 
 
 def test_bench_learning_records_each_run_where_it_reads_it_back(monkeypatch, tmp_path):
