@@ -54,6 +54,7 @@ from trackmind.training.progress import RaceProgressBar
 from trackmind.training.race_media import BestRaceMedia
 from trackmind.training.race_stats import RaceStats
 from trackmind.training.schema import TrainerConfig
+from trackmind.training.stop_signal import StopAtStepBoundary
 
 log = logging.getLogger(__name__)
 FAIL_RATIO = 10.0
@@ -235,6 +236,7 @@ def make_trainer(tcfg: TrainerConfig, logger: Any, callbacks: list, output_dir: 
 def fit(trainer: L.Trainer, module, dm, resume: Path | None, ckpt_cb) -> str | None:
     """trainer.fit; the signal that stopped it ("SIGINT", "SIGTERM") or None.
 
+    Ctrl-C is raised at a step's end (StopAtStepBoundary), SIGTERM likewise by Lightning.
     Lightning saves last.ckpt (CheckpointCallback.on_exception), then turns Ctrl-C into
     SystemExit(1) and re-raises SIGTERM as SIGTERMException: the run's records are then
     finished as for any other end.
@@ -309,6 +311,7 @@ def wire_run(plan: RunPlan, output_dir: Path, learner: Learner) -> RunParts:
     metrics_cb = RaceMetricsCallback(dm, plan.logger.log_every_s, pool, epsilon)
     pruning = TrialPruning(partial(objective, dm.stats, maps))  # in Optuna sweeps
     callbacks = [
+        StopAtStepBoundary(),  # first: a Ctrl-C ends the step before anything else runs
         CollectorCallback(pool, learner.shared),
         StopWhenStarved(dm),
         metrics_cb,
