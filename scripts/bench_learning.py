@@ -96,7 +96,7 @@ def summarise(history: list[dict], reference_ms: float, minutes: float, end_s: f
     first = min((h["wall_s"] for h in finished), default=None)
     near = [h["wall_s"] for h in finished if h["time_ms"] <= NEAR_RATIO * reference_ms]
     start = end_s - window_s(minutes)
-    late = [h for h in history if h["wall_s"] >= start]
+    late = late_races(history, start)
     late_done = [h["time_ms"] / reference_ms for h in late if h["time_ms"] is not None]
     best = min((h["time_ms"] for h in finished), default=None)
     # unfinished late races: where they ended (share of the map), and how many never left the
@@ -121,7 +121,7 @@ def summarise(history: list[dict], reference_ms: float, minutes: float, end_s: f
         # a graded figure for short screening runs, where few races finish yet
         "late_progress": statistics.fmean(covered) if covered else None,
         "curve": finish_curve(history, minutes),
-        "late_autocorr": outcome_autocorrelation(late_outcomes(history, start)),
+        "late_autocorr": outcome_autocorrelation([h["time_ms"] is not None for h in late]),
     }
 
 
@@ -157,10 +157,14 @@ def outcome_autocorrelation(finished: Sequence[bool], lag: int = 1) -> float | N
     return cov / var
 
 
+def late_races(history: list[dict], start_s: float) -> list[dict]:
+    """The greedy races ending from start_s on, in time order."""
+    return sorted((h for h in history if h["wall_s"] >= start_s), key=lambda h: h["wall_s"])
+
+
 def late_outcomes(history: list[dict], start_s: float) -> list[bool]:
     """Finished or not, in time order, for the greedy races ending from start_s on."""
-    late = sorted((h for h in history if h["wall_s"] >= start_s), key=lambda h: h["wall_s"])
-    return [h["time_ms"] is not None for h in late]
+    return [h["time_ms"] is not None for h in late_races(history, start_s)]
 
 
 def without_seed(overrides: str) -> str:
