@@ -7,6 +7,8 @@
     python scripts/bench_learning.py --minutes 10 -- learner.replay_ratio=16   # extra overrides
     python scripts/bench_learning.py --table-only        # the page's tables from the results
     python scripts/bench_learning.py --minutes 30 --maps technical --seeds 0 1 2  # the scatter
+    python scripts/bench_learning.py --defaults-were learner.target_tau=0.02 --defaults-are \
+        learner.target_tau=0.005    # after a change of defaults: re-key the saved rows
 
 Each item of --maps is a conf/map option (every built-in map has one); each runs
 `scripts/train.py map=<option> trainer.max_time_s=<minutes * 60>`, one run at a time, with
@@ -16,6 +18,12 @@ results file (docs/bench_learning.json, committed with the table), so an interru
 benchmark resumes at the next missing row, in a later session too (--force reruns).
 The table of every saved row (the defaults first, then the rows with overrides) goes into
 docs/benchmarks.md between the bench-learning markers, with the dates and machine.
+
+A row is keyed by its map option, budget and overrides, which mean the settings only under
+the defaults it ran with. When the defaults change, `--defaults-were` and `--defaults-are`
+restate every saved row for the new ones: a defaults row gets the old values as overrides,
+an arm that became the defaults becomes a defaults row, and each moved row keeps the
+overrides it ran with in `overrides_as_run`.
 
 Columns: minutes to the first greedy finish; greedy finish rate and median ratio (finished
 greedy races, race time / reference time) in the last 10 minutes (the last third of shorter
@@ -170,6 +178,78 @@ def late_outcomes(history: list[dict], start_s: float) -> list[bool]:
 def without_seed(overrides: str) -> str:
     """A row's overrides less its `seed=` one: the lever the seeds repeat."""
     return " ".join(t for t in overrides.split() if not t.startswith("seed="))
+
+
+def override_pairs(tokens: Sequence[str], what: str) -> dict[str, str]:
+    """`key=value` override tokens as a dict, in their order; a token without `=` is an
+    error naming `what` (the option it came from)."""
+    pairs: dict[str, str] = {}
+    for t in tokens:
+        key, eq, value = t.partition("=")
+        if not eq or not key:
+            raise ValueError(f"{what}: {t!r} is not key=value")
+        pairs[key] = value
+    return pairs
+
+
+def rebased_tag(tag: str, was: dict[str, str], now: dict[str, str]) -> str:
+    """A row's overrides restated for new defaults: the run's settings (the defaults it ran
+    under, `was`, with its overrides on top) less what the defaults are `now`. The old
+    defaults a row kept come first, then its own overrides that still differ; `seed=` stays
+    last, so the seeds of one lever still group."""
+    own = override_pairs(tag.split(), "overrides")
+    kept = [f"{k}={v}" for k, v in was.items() if k not in own and v != now[k]]
+    kept += [f"{k}={v}" for k, v in own.items() if now.get(k) != v]
+    seeds = [t for t in kept if t.startswith("seed=")]
+    return " ".join([t for t in kept if not t.startswith("seed=")] + seeds)
+
+
+def rebase(saved: dict[str, list[dict]], was: dict[str, str], now: dict[str, str]) -> dict:
+    """The saved rows keyed for new defaults (`was` -> `now`, the same keys): a row run
+    under the old defaults with no override becomes `k=<old> ...`, a row whose overrides
+    were the new defaults becomes a defaults row. Each moved row keeps `overrides_as_run`.
+    Two rows landing on one key (the same settings run twice) are an error naming both."""
+    if set(was) != set(now):
+        raise ValueError(f"the changed defaults differ: {sorted(set(was) ^ set(now))}")
+    out: dict[str, list[dict]] = {}
+    for key, rows in saved.items():
+        option, minutes, tag = key.split("|", 2)
+        new_tag = rebased_tag(tag, was, now)
+        new_key = f"{option}|{minutes}|{new_tag}"
+        if new_key in out:
+            raise ValueError(f"rows {key!r} and another both become {new_key!r}")
+        moved = []
+        for r in rows:
+            r = dict(r)
+            if new_tag != tag:
+                r.setdefault("overrides_as_run", r.get("overrides", ""))
+                r["overrides"] = new_tag
+            moved.append(r)
+        out[new_key] = moved
+    return out
+
+
+def defaults_problem(was: dict[str, str], now: dict[str, str], config) -> str | None:
+    """One line when the stated change is not the config's: a `now` value that is not what
+    the config composes to, or a `was` value that still is (the two swapped)."""
+    from omegaconf import OmegaConf
+
+    def plain(node):
+        return OmegaConf.to_container(node) if OmegaConf.is_config(node) else node
+
+    def parsed(text: str):
+        return plain(OmegaConf.create(f"x: {text}")["x"])
+
+    missing = object()
+    for key, text in now.items():
+        have = OmegaConf.select(config, key, default=missing)
+        if have is missing:
+            return f"--defaults-are: no config key {key!r}"
+        if parsed(text) != plain(have):
+            return f"--defaults-are: {key}={text}, but the config's default is {plain(have)!r}"
+        if parsed(was[key]) == plain(have):
+            return f"--defaults-were: {key}={was[key]} is still the config's default"
+    return None
 
 
 def seed_groups(rows: list[dict]) -> list[dict]:
@@ -483,8 +563,36 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--table-only", action="store_true", help="only write the page's tables from the results"
     )
+    ap.add_argument(
+        "--defaults-were",
+        nargs="+",
+        metavar="KEY=VALUE",
+        help="after a change of defaults: the old values of the changed keys; every saved row "
+        "is re-keyed for the defaults now (--defaults-are), then the tables are written",
+    )
+    ap.add_argument(
+        "--defaults-are", nargs="+", metavar="KEY=VALUE", help="the new values of those keys"
+    )
     args = ap.parse_args(argv)
     args.tracking_uri = store_uri(args.tracking_uri)
+    try:
+        was = override_pairs(args.defaults_were or [], "--defaults-were")
+        now = override_pairs(args.defaults_are or [], "--defaults-are")
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if set(was) != set(now):
+        keys = ", ".join(sorted(set(was) ^ set(now)))
+        print(f"error: --defaults-were and --defaults-are name other keys: {keys}", file=sys.stderr)
+        return 2
+    if was:
+        from hydra import compose, initialize_config_dir
+
+        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+            problem = defaults_problem(was, now, compose("train"))
+        if problem:
+            print(f"error: {problem}", file=sys.stderr)
+            return 2
     if not args.minutes > 0:
         print(f"error: --minutes must be > 0, got {args.minutes:g}", file=sys.stderr)
         return 2
@@ -500,6 +608,15 @@ def main(argv: list[str] | None = None) -> int:
     results_path = ROOT / args.results
     results_path.parent.mkdir(parents=True, exist_ok=True)
     saved = json.loads(results_path.read_text()) if results_path.is_file() else {}
+    if was:
+        try:
+            saved = rebase(saved, was, now)
+        except ValueError as e:
+            print(f"error: {args.results}: {e}", file=sys.stderr)
+            return 2
+        results_path.write_text(json.dumps(saved, indent=1))
+        print(f"[bench] re-keyed the rows of {args.results} for the defaults now")
+        args.table_only = True
     default_seed = config_seed()
     runs = [
         (option, [*extra, *([] if s in (None, default_seed) else [f"seed={s}"])])

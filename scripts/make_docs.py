@@ -11,8 +11,9 @@ No table in docs/ is kept by hand. A page holds a generated table between
 - a file docs/results/NAME.json: `scripts/drive.py --json` output (a map table),
   `trackmind-evaluate --json` output (greedy races of a checkpoint), a
   `scripts/bench_learning.py --results` file of short screening runs (a lever table, each
-  lever's seeds side by side), or `{"columns": [...], "rows": [[...]]}` (a measurement
-  recorded as a result file).
+  lever's seeds side by side), `{"pairs": [[arm run, control run], ...]}` (an arm beside
+  its same-day control, seed by seed, drawn from docs/bench_learning.json), or
+  `{"columns": [...], "rows": [[...]]}` (a measurement recorded as a result file).
 The learning benchmark's tables (docs/benchmarks.md, from docs/bench_learning.json) are
 written by scripts/bench_learning.py's own table code, and docs/gpu.md's by
 scripts/gpu_check.py --report. Plots: a learning curve per map and the lever comparison,
@@ -158,6 +159,67 @@ def screen_table(saved: dict[str, list[dict]]) -> str:
     return markdown_table(columns, out)
 
 
+def pairs_table(data: dict, saved: dict[str, list[dict]]) -> str:
+    """An arm beside its control, seed by seed, from docs/bench_learning.json: `pairs` lists
+    [arm run, control run or null] by run id (a prefix will do: ids outlive a re-keying of
+    the rows), and `control` may name the control's columns. A map with two or more pairs
+    gets a median line (first finish: a run that never finished counts as its budget; the
+    control's medians only where every seed has one)."""
+    by_run = {r["run_id"]: r for rows in saved.values() for r in rows if r["option"] == r["map"]}
+
+    def row_of(prefix: str | None) -> dict | None:
+        if prefix is None:
+            return None
+        found = [r for rid, r in by_run.items() if rid.startswith(prefix)]
+        if len(found) != 1:
+            raise SystemExit(f"error: pairs: run {prefix!r} matches {len(found)} rows")
+        return found[0]
+
+    def first(r: dict) -> str:
+        if r["first_finish_min"] is None:
+            return "never"
+        acts = r.get("first_finish_actions")
+        return f"{r['first_finish_min']:.1f} min" + (
+            f" ({acts / 1000:.0f}k actions)" if acts else ""
+        )
+
+    def cells(r: dict | None) -> list[str]:
+        if r is None:
+            return ["-"] * 4
+        ratio = "-" if r["median_ratio"] is None else f"{r['median_ratio']:.3f}"
+        return [f"{r['finish_rate']:.0%}", first(r), ratio, r["run_id"][:8]]
+
+    def medians(rs: list[dict]) -> list[str]:
+        firsts = [
+            r["minutes"] if r["first_finish_min"] is None else r["first_finish_min"] for r in rs
+        ]
+        ratios = [r["median_ratio"] for r in rs if r["median_ratio"] is not None]
+        ratio = f"{statistics.median(ratios):.3f}" if ratios else "-"
+        rate = statistics.median(r["finish_rate"] for r in rs)
+        return [f"**{rate:.0%}**", f"{statistics.median(firsts):.1f} min", ratio, ""]
+
+    by_map: dict[str, list[tuple[dict, dict | None]]] = {}
+    for arm, control in data["pairs"]:
+        a = row_of(arm)
+        by_map.setdefault(a["map"], []).append((a, row_of(control)))
+    out = []
+    for name, pairs in by_map.items():
+        for a, c in pairs:
+            out.append([name, str(seed_of(a["overrides"])), *cells(a), *cells(c)])
+        if len(pairs) > 1:
+            controls = [c for _, c in pairs]
+            ctrl = medians(controls) if all(controls) else ["-"] * 4
+            out.append([name, "median", *medians([a for a, _ in pairs]), *ctrl])
+    columns = ["map", "seed", "finished, last 10 min", "first finish", "median ratio", "run"]
+    columns += [
+        f"{data.get('control', 'control')}: finished",
+        "first finish",
+        "median ratio",
+        "run",
+    ]
+    return markdown_table(columns, out)
+
+
 def is_screen(data: dict) -> bool:
     """A bench_learning results file: {"option|minutes|overrides": [row, ...], ...}."""
     rows = [r for v in data.values() if isinstance(v, list) for r in v]
@@ -177,6 +239,8 @@ def render(name: str) -> str:
         return drive_table(data)
     if is_screen(data):
         return screen_table(data)
+    if "pairs" in data:
+        return pairs_table(data, json.loads((DOCS / "bench_learning.json").read_text()))
     return markdown_table(data["columns"], data["rows"])
 
 

@@ -127,3 +127,46 @@ def test_screen_table_by_hand():
         "| 10% | 6,000 | 2026-11-26, 2026-11-27 |"
     )
     assert lines[3].startswith("| technical | 10 min | defaults | 1 | 20% | 20% | 9.0 min |")
+
+
+def test_pairs_table_by_hand():
+    """An arm beside its control by run id: seed by seed, then the medians of a map with two
+    or more pairs; a run that never finished counts as its budget, a missing control is '-'."""
+    docs = load_script("make_docs")
+
+    def row(run, overrides, rate, first, actions, ratio):
+        return {
+            "run_id": run + "0" * 24,
+            "map": "technical",
+            "option": "technical",
+            "minutes": 30.0,
+            "overrides": overrides,
+            "finish_rate": rate,
+            "first_finish_min": first,
+            "first_finish_actions": actions,
+            "median_ratio": ratio,
+        }
+
+    saved = {
+        "a": [row("aaaaaaa0", "x=1", 0.82, 5.0, 301_000, 1.111)],
+        "b": [row("bbbbbbb0", "x=1 seed=1", 0.6, None, None, None)],
+        "c": [row("ccccccc0", "", 0.5, 7.3, 461_000, 1.176)],
+        "d": [row("ddddddd0", "seed=1", 0.48, 6.3, 394_000, 1.118)],
+    }
+    lines = docs.pairs_table({"pairs": [["aaaa", "cccc"], ["bbbb", "dddd"]]}, saved)
+    lines = lines.splitlines()
+    assert lines[2] == (
+        "| technical | 0 | 82% | 5.0 min (301k actions) | 1.111 | aaaaaaa0 | 50% "
+        "| 7.3 min (461k actions) | 1.176 | ccccccc0 |"
+    )
+    assert lines[3] == (
+        "| technical | 1 | 60% | never | - | bbbbbbb0 | 48% | 6.3 min (394k actions) | 1.118 "
+        "| ddddddd0 |"
+    )
+    # medians of two: the mean of the pair; the never-finished run counts as 30 minutes
+    assert (
+        lines[4]
+        == "| technical | median | **71%** | 17.5 min | 1.111 |  | **49%** | 6.8 min | 1.147 |  |"
+    )
+    one = docs.pairs_table({"pairs": [["aaaa", None]]}, saved).splitlines()
+    assert one[2].endswith("| aaaaaaa0 | - | - | - | - |") and len(one) == 3

@@ -274,6 +274,100 @@ def test_bench_learning_seed_groups_by_hand():
     )
 
 
+def test_bench_learning_rebase_for_new_defaults_by_hand():
+    """A change of defaults restates each saved row's overrides: what it ran with, less the
+    defaults now; old defaults a row kept come first, `seed=` last."""
+    bench = load_script("bench_learning")
+    was = {"trainer.torch_threads": "2", "learner.target_tau": "0.02"}
+    now = {"trainer.torch_threads": "1", "learner.target_tau": "0.005"}
+    cases = {
+        "": "trainer.torch_threads=2 learner.target_tau=0.02",
+        "seed=1": "trainer.torch_threads=2 learner.target_tau=0.02 seed=1",
+        "trainer.torch_threads=1 learner.target_tau=0.005 seed=2": "seed=2",
+        "trainer.torch_threads=1 learner.target_taus=random": (
+            "learner.target_tau=0.02 learner.target_taus=random"
+        ),
+        "network.layer_norm=true seed=1": (
+            "trainer.torch_threads=2 learner.target_tau=0.02 network.layer_norm=true seed=1"
+        ),
+        "trainer.torch_threads=2": "learner.target_tau=0.02 trainer.torch_threads=2",
+        "learner.target_tau=0.02 trainer.torch_threads=2": (
+            "learner.target_tau=0.02 trainer.torch_threads=2"
+        ),
+    }
+    for tag, want in cases.items():
+        assert bench.rebased_tag(tag, was, now) == want, tag
+
+    saved = {
+        "technical|30|": [{"overrides": "", "run_id": "a"}],
+        "hairpins|30|trainer.torch_threads=1 learner.target_tau=0.005": [
+            {"overrides": "trainer.torch_threads=1 learner.target_tau=0.005", "run_id": "b"}
+        ],
+        "hairpins|30|learner.target_tau=0.02 trainer.torch_threads=2": [
+            {"overrides": "learner.target_tau=0.02 trainer.torch_threads=2", "run_id": "c"}
+        ],
+    }
+    out = bench.rebase(saved, was, now)
+    assert list(out) == [
+        "technical|30|trainer.torch_threads=2 learner.target_tau=0.02",
+        "hairpins|30|",
+        "hairpins|30|learner.target_tau=0.02 trainer.torch_threads=2",
+    ]
+    a, b, c = (rows[0] for rows in out.values())
+    assert a == {
+        "overrides": "trainer.torch_threads=2 learner.target_tau=0.02",
+        "run_id": "a",
+        "overrides_as_run": "",
+    }
+    assert b["overrides"] == ""
+    assert b["overrides_as_run"] == "trainer.torch_threads=1 learner.target_tau=0.005"
+    assert "overrides_as_run" not in c  # its key already said what it ran with
+    assert saved["technical|30|"][0] == {"overrides": "", "run_id": "a"}  # not changed in place
+    # the same settings run twice would land on one key
+    twice = {
+        "technical|30|": [{}],
+        "technical|30|trainer.torch_threads=2 learner.target_tau=0.02": [{}],
+    }
+    with pytest.raises(ValueError, match="both become"):
+        bench.rebase(twice, was, now)
+    with pytest.raises(ValueError, match="differ"):
+        bench.rebase(saved, was, {"trainer.torch_threads": "1"})
+
+
+def test_bench_learning_defaults_change_must_be_the_configs(tmp_path, capsys):
+    """--defaults-are must be what the config composes to now, --defaults-were must not."""
+    from omegaconf import OmegaConf
+
+    bench = load_script("bench_learning")
+    config = OmegaConf.create({"learner": {"target_tau": 0.02, "lr": {"points": [[0, 1.0e-3]]}}})
+    check = bench.defaults_problem
+    assert check({"learner.target_tau": "0.5"}, {"learner.target_tau": "0.02"}, config) is None
+    assert (
+        check({"learner.lr.points": "[[0,3e-4]]"}, {"learner.lr.points": "[[0,1.0e-3]]"}, config)
+        is None
+    )
+    assert check({"learner.target_tau": "0.5"}, {"learner.target_tau": "0.005"}, config) == (
+        "--defaults-are: learner.target_tau=0.005, but the config's default is 0.02"
+    )
+    assert check({"learner.target_tau": "2e-2"}, {"learner.target_tau": "0.02"}, config) == (
+        "--defaults-were: learner.target_tau=2e-2 is still the config's default"
+    )
+    assert check({"learner.nope": "1"}, {"learner.nope": "2"}, config) == (
+        "--defaults-are: no config key 'learner.nope'"
+    )
+    # through the command line, against the shipped config: the file is re-keyed, no page
+    results = tmp_path / "rows.json"
+    results.write_text(json.dumps({"technical|30|": [{"overrides": ""}]}))
+    kappa = OmegaConf.load(ROOT / "conf" / "learner" / "iqn.yaml")["kappa"]
+    argv = ["--results", str(results), "--no-page", "--defaults-were", "learner.kappa=1.0"]
+    assert bench.main([*argv, "--defaults-are", f"learner.kappa={kappa}"]) == 0
+    assert list(json.loads(results.read_text())) == ["technical|30|learner.kappa=1.0"]
+    assert bench.main([*argv, "--defaults-are", "learner.kappa=7.0"]) == 2
+    assert "but the config's default is" in capsys.readouterr().err
+    assert bench.main([*argv, "--defaults-are", "learner.gamma=1"]) == 2
+    assert "name other keys: learner.gamma, learner.kappa" in capsys.readouterr().err
+
+
 def test_min_deps_pins_each_lower_bound():
     pins = load_script("min_deps").minimum_pins(
         [

@@ -99,7 +99,7 @@ class TrainerConfig:
     val_check_interval: int = 1000
     limit_val_batches: int = 4
     log_every_n_steps: int = 25
-    torch_threads: int = 2
+    torch_threads: int = 1
     prefetch_batches: int = 0  # batches sampled ahead on a thread (a GPU learner)
     progress_bar: bool = True
 
