@@ -264,8 +264,6 @@ def seed_groups(rows: list[dict]) -> list[dict]:
     for (name, option, minutes, lever), rs in groups.items():
         if len(rs) < 2:
             continue
-        firsts = [minutes if r["first_finish_min"] is None else r["first_finish_min"] for r in rs]
-        ratios = [r["median_ratio"] for r in rs if r["median_ratio"] is not None]
         rates = [r["finish_rate"] for r in rs]
         out.append(
             {
@@ -274,14 +272,26 @@ def seed_groups(rows: list[dict]) -> list[dict]:
                 "minutes": minutes,
                 "overrides": lever,
                 "seeds": len(rs),
-                "first_finish_min": statistics.median(firsts),
-                "finish_rate": statistics.median(rates),
+                **medians(rs),
                 "finish_rate_range": (min(rates), max(rates)),
-                "median_ratio": statistics.median(ratios) if ratios else None,
                 "met": sum(meets(r) for r in rs),
             }
         )
     return out
+
+
+def medians(rows: list[dict]) -> dict:
+    """The medians over runs of first finish (a run that never finished counts as its whole
+    budget), finish rate and median ratio (of the runs that finished; None if none did)."""
+    firsts = [
+        r["minutes"] if r["first_finish_min"] is None else r["first_finish_min"] for r in rows
+    ]
+    ratios = [r["median_ratio"] for r in rows if r["median_ratio"] is not None]
+    return {
+        "first_finish_min": statistics.median(firsts),
+        "finish_rate": statistics.median(r["finish_rate"] for r in rows),
+        "median_ratio": statistics.median(ratios) if ratios else None,
+    }
 
 
 def meets(row: dict) -> bool:

@@ -190,13 +190,9 @@ def pairs_table(data: dict, saved: dict[str, list[dict]]) -> str:
         return [f"{r['finish_rate']:.0%}", first(r), ratio, r["run_id"][:8]]
 
     def medians(rs: list[dict]) -> list[str]:
-        firsts = [
-            r["minutes"] if r["first_finish_min"] is None else r["first_finish_min"] for r in rs
-        ]
-        ratios = [r["median_ratio"] for r in rs if r["median_ratio"] is not None]
-        ratio = f"{statistics.median(ratios):.3f}" if ratios else "-"
-        rate = statistics.median(r["finish_rate"] for r in rs)
-        return [f"**{rate:.0%}**", f"{statistics.median(firsts):.1f} min", ratio, ""]
+        m = load_script("bench_learning").medians(rs)
+        ratio = "-" if m["median_ratio"] is None else f"{m['median_ratio']:.3f}"
+        return [f"**{m['finish_rate']:.0%}**", f"{m['first_finish_min']:.1f} min", ratio, ""]
 
     by_map: dict[str, list[tuple[dict, dict | None]]] = {}
     for arm, control in data["pairs"]:
