@@ -325,3 +325,22 @@ def test_lost_races_are_stored_with_their_end_and_rate():
     default.add_rollout(race, gamma=1.0)
     rec = default.buffer.live_records()
     np.testing.assert_array_equal(rec["terminal_actions"].numpy(), np.arange(50, 0, -1))
+
+
+def test_lost_penalty_reaches_the_stored_returns_through_the_config():
+    # buffer.lost_penalty 4: the last stored return of a lost race is -0.5 - 4 (n_steps 1 at
+    # the last action); the same race with the key at its default (0) stores -0.5
+    race = dict(rollout(50), end=["no_progress"], rewards=[1.0] * 40 + [-0.5] * 10)
+    paid = make_buffers(
+        small_config(lost_ends=["no_progress"], lost_penalty=4.0, test_fraction=0.0), (1, 2, 2), 2
+    )
+    paid.add_rollout(race, gamma=1.0)
+    plain = make_buffers(small_config(lost_ends=["no_progress"], test_fraction=0.0), (1, 2, 2), 2)
+    plain.add_rollout(race, gamma=1.0)
+    last_paid = paid.buffer.live_records()["rewards"][-1].numpy()
+    last_plain = plain.buffer.live_records()["rewards"][-1].numpy()
+    np.testing.assert_allclose(last_plain, -0.5)
+    np.testing.assert_allclose(last_paid, -4.5)
+    # a penalty is subtracted: a negative one (a bonus for crashing) is refused, by key
+    with pytest.raises(ConfigError, match="buffer.lost_penalty"):
+        make_buffers(small_config(lost_penalty=-1.0), (1, 2, 2), 2)

@@ -10,6 +10,7 @@ from trackmind.replay.nstep import (
     fill_buffer_from_rollout_with_n_steps_rule,
     is_lost,
     lost_race_rate,
+    lost_race_rewards,
     n_step_lengths,
     n_step_returns,
 )
@@ -91,6 +92,41 @@ def test_lost_race_ends_where_it_was_cut_with_its_last_reward_rate():
     assert lost_race_rate(np.array([1.0, 2.0]), 10) == 1.5
     # finished races carry rate 0
     assert (experience_from_rollout(make_rollout([1, 2]), 3, 1.0).end_rate == 0).all()
+
+
+def test_lost_penalty_is_paid_on_the_last_action_of_a_lost_race_only():
+    # T = 4 cut for no progress, n = 3, gamma 1, penalty 5: the last reward -0.4 becomes
+    # -5.4; partial sums frozen after n_t = [3, 3, 2, 1]:
+    # t=0: 1, 1.5, 1.3   t=1: 0.5, 0.3, -5.1   t=2: -0.2, -5.6, -5.6   t=3: -5.4 (x3)
+    race = dict(make_rollout([1.0, 0.5, -0.2, -0.4], finished=False), end=["no_progress"])
+    exp = experience_from_rollout(
+        race, 3, 1.0, lost_ends=("no_progress",), lost_rate_actions=2, lost_penalty=5.0
+    )
+    np.testing.assert_allclose(
+        exp.rewards,
+        [[1, 1.5, 1.3], [0.5, 0.3, -5.1], [-0.2, -5.6, -5.6], [-5.4, -5.4, -5.4]],
+        rtol=0,
+        atol=1e-6,
+    )
+    # the end rate is the car's own, read before the penalty: (-0.2 + -0.4) / 2
+    np.testing.assert_allclose(exp.end_rate, [-0.3] * 4)
+    # gamma 0.5 discounts it as any reward: t=2 pays -0.2 + 0.5 * -5.4 = -2.9 by step 2
+    half = experience_from_rollout(
+        race, 3, 0.5, lost_ends=("no_progress",), lost_rate_actions=2, lost_penalty=5.0
+    )
+    np.testing.assert_allclose(half.rewards[2], [-0.2, -2.9, -2.9], atol=1e-6)
+    # a race that is not lost pays nothing: a timeout, a finish, or no lost_ends at all
+    for other in (
+        dict(race, end=["timeout"]),
+        dict(make_rollout([1.0, 0.5, -0.2, -0.4]), end=["no_progress"]),
+    ):
+        paid = experience_from_rollout(other, 3, 1.0, lost_ends=("no_progress",), lost_penalty=5.0)
+        plain = experience_from_rollout(other, 3, 1.0, lost_ends=("no_progress",))
+        np.testing.assert_array_equal(paid.rewards, plain.rewards)
+    assert (experience_from_rollout(race, 3, 1.0, lost_penalty=5.0).rewards.min()) > -1
+    np.testing.assert_array_equal(lost_race_rewards(np.array([1.0, 2.0]), True, 3.0), [1, -1])
+    np.testing.assert_array_equal(lost_race_rewards(np.array([1.0, 2.0]), False, 3.0), [1, 2])
+    assert len(lost_race_rewards(np.array([]), True, 3.0)) == 0
 
 
 def test_non_greedy_cut():

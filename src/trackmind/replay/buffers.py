@@ -113,6 +113,7 @@ class ReplayBuffers:
             cut_at_non_greedy=c.cut_at_non_greedy,
             lost_ends=c.lost_ends,
             lost_rate_actions=c.lost_rate_actions,
+            lost_penalty=c.lost_penalty,
             test_fraction=c.test_fraction,
             chunk_length=c.chunk_length,
             rng=self.split_rng,

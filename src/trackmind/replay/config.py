@@ -79,6 +79,9 @@ class BufferConfig:
     # (nstep.py); empty (the default) bootstraps from the cut state, as Linesight does
     lost_ends: Any = MISSING
     lost_rate_actions: int = MISSING
+    # paid once more on a lost race's last action (>= 0; nstep.py); a default here too, for
+    # the checkpoints of runs from before the key
+    lost_penalty: float = 0.0
     # where the frames are stored: the learner's GPU (device), host memory, or auto
     # (frames_device); a default here too, for the checkpoints of runs from before the key
     frames_on: str = "auto"
@@ -145,6 +148,11 @@ class BufferConfig:
             _is_number(self.priority_eps) and self.priority_eps > 0,
             key("priority_eps"),
             f"must be > 0 (a zero priority would hide a transition), got {self.priority_eps!r}",
+        )
+        require(
+            _is_number(self.lost_penalty) and self.lost_penalty >= 0,
+            key("lost_penalty"),
+            f"must be a number >= 0 (it is subtracted), got {self.lost_penalty!r}",
         )
         require(
             _is_number(self.state_margin) and 0 <= self.state_margin <= 1,

@@ -24,6 +24,11 @@ the race's last ``lost_rate_actions`` actions (the time penalty of a car standin
 whatever reward terms are configured): the crash costs what losing the race costs, at once,
 instead of a bootstrapped guess of the cut state's value (which overestimates states the
 network rarely sees). A race cut for time (timeout) still bootstraps.
+
+``lost_penalty`` is paid once more on a lost race's last action, so every transition whose
+return reaches the cut pays it. Without it the crash costs only the progress the rest of its
+mini-race would have made (a few reward units), and a corner cut with a few percent of
+crash risk pays when it saves a tenth of a second.
 """
 
 from __future__ import annotations
@@ -89,6 +94,14 @@ def lost_race_rate(rewards: np.ndarray, window: int) -> float:
     return float(r[-window:].mean()) if len(r) else 0.0
 
 
+def lost_race_rewards(rewards: np.ndarray, lost: bool, penalty: float) -> np.ndarray:
+    """(T,) float64 rewards with `penalty` taken off the last one of a lost race."""
+    r = np.array(rewards, dtype=np.float64)
+    if lost and len(r):
+        r[-1] -= penalty
+    return r
+
+
 def combine_potentials(
     potentials: Mapping[str, Sequence[float]],
     weights: Mapping[str, float] | None,
@@ -120,17 +133,19 @@ def experience_from_rollout(
     cut_at_non_greedy: bool = True,
     lost_ends: Sequence[str] = (),
     lost_rate_actions: int = 10,
+    lost_penalty: float = 0.0,
 ) -> Experience:
     """All transitions of one race under the n-step rule (frames kept once, by state)."""
     if n_steps < 1:
         raise ValueError(f"n_steps must be >= 1, got {n_steps}")
     t_count = check_lengths(rollout_results)
     lengths = n_step_lengths(rollout_results["action_was_greedy"], n_steps, cut_at_non_greedy)
-    rewards, gammas = n_step_returns(rollout_results["rewards"], lengths, n_steps, gamma)
-    frames = rollout_results.get("frames", ())
     finished = bool(rollout_results["finished"])
     lost = is_lost(rollout_results, lost_ends)
     rate = lost_race_rate(rollout_results["rewards"], lost_rate_actions) if lost else 0.0
+    paid = lost_race_rewards(rollout_results["rewards"], lost, lost_penalty)
+    rewards, gammas = n_step_returns(paid, lengths, n_steps, gamma)
+    frames = rollout_results.get("frames", ())
     return Experience(
         frames=np.stack(frames).astype(np.uint8, copy=False)
         if len(frames)
@@ -165,6 +180,7 @@ def fill_buffer_from_rollout_with_n_steps_rule(
     cut_at_non_greedy: bool = True,
     lost_ends: Sequence[str] = (),
     lost_rate_actions: int = 10,
+    lost_penalty: float = 0.0,
     test_fraction: float = 0.05,
     chunk_length: int = 64,
     rng: np.random.Generator | None = None,
@@ -186,6 +202,7 @@ def fill_buffer_from_rollout_with_n_steps_rule(
         cut_at_non_greedy,
         lost_ends=lost_ends,
         lost_rate_actions=lost_rate_actions,
+        lost_penalty=lost_penalty,
     )
     if exp.n_transitions == 0:
         return 0, 0
