@@ -409,3 +409,29 @@ def test_make_circuit_writes_the_shipped_grandprix_line_again(tmp_path, capsys):
     from trackmind.sim.reference import reference_time_ms
 
     assert reference_time_ms(load_map(str(out))) >= 90_000
+
+
+def test_race_ends_assigns_each_stop_to_the_zone_ahead_by_hand():
+    ends = load_script("race_ends")
+    from collections import Counter
+
+    # zones at 100, 500 and 900 m of a 1000 m map; a stop counts for the first zone ahead or
+    # up to 20 m behind: 5% (50 m) -> 100; 11% (110 m, 10 m past it) -> 100; 15% -> 500;
+    # 48% -> 500; 91% (910 m) -> 900; 95% (950 m, 50 m past the last) -> None
+    zones = [{"s": 100.0}, {"s": 500.0}, {"s": 900.0}]
+    got = ends.stopped_at([0.05, 0.11, 0.15, 0.48, 0.91, 0.95], zones, 1000.0, 20.0)
+    assert got == [100, 100, 500, 500, 900, None]
+    # stops over two runs: 100 x4, 500 x5, 900 x1 (5%), None x10 -> with min_share 0.15 the
+    # zones 500 (25%) and None (50%) and 100 (20%) stay, in map order with None last
+    counts = [Counter({100: 4, 500: 1, None: 5}), Counter({500: 4, 900: 1, None: 5})]
+    assert ends.crowded_zones(counts, 0.15) == [100, 500, None]
+    assert ends.crowded_zones(counts, 0.05) == [100, 500, 900, None]
+    assert ends.crowded_zones([Counter()], 0.1) == []
+
+
+def test_wall_contacts_keeps_the_hits_that_braked_the_car():
+    walls = load_script("wall_contacts")
+    contacts = [(100, 40.0, 38.5), (250, 49.5, 20.8), (400, 30.0, 20.0), (500, 25.0, 26.0)]
+    # drops 1.5, 28.7, 10.0 and -1.0 m/s: 10 or more are the hits
+    assert walls.hard_hits(contacts, 10.0) == [(250, 49.5, 20.8), (400, 30.0, 20.0)]
+    assert walls.hard_hits(contacts, 30.0) == []

@@ -1,0 +1,134 @@
+"""Where the greedy races of training runs end: the braking zone each unfinished race stopped at.
+
+    python scripts/race_ends.py --map technical --runs 67395d45 1f2aed05 f657e83a \
+        --labels defaults defaults defaults --json docs/results/notes/learning-12.json
+
+Reads every greedy race of each MLflow run (its summary.json artifact, as the learning
+benchmark does), keeps those of the last --last-min minutes, and assigns each race that did
+not finish to the braking zone of the map's reference lap it stopped at (failure_points.py:
+the first zone whose slowest point lies ahead, or a few metres behind). Zones that hold at
+least --min-share of all the stops get a column each, the rest are summed. A map whose
+stops crowd into a few zones fails at corners, not at random; what is done there (too fast,
+into the wall) is the next question (scripts/value_audit.py, scripts/wall_contacts.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import shlex
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_script(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def stopped_at(shares: Sequence[float], zones: list[dict], length_m: float, behind_m: float):
+    """The zone (its "s" in metres, None: past the last zone) of each unfinished race, from
+    the share of the map it covered."""
+    out = []
+    for share in shares:
+        stop_s = share * length_m
+        ahead = [z["s"] for z in zones if z["s"] >= stop_s - behind_m]
+        out.append(round(ahead[0]) if ahead else None)
+    return out
+
+
+def crowded_zones(counts: Sequence[Counter], min_share: float) -> list:
+    """The zones holding at least min_share of all the stops, in map order (None last)."""
+    total = Counter()
+    for c in counts:
+        total.update(c)
+    n = sum(total.values())
+    keep = [z for z, k in total.items() if n and k / n >= min_share]
+    return sorted(keep, key=lambda z: (z is None, z or 0))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--map", required=True, help="the runs' map (a built-in name or file)")
+    ap.add_argument("--runs", nargs="+", required=True, help="MLflow run ids or their prefixes")
+    ap.add_argument("--labels", nargs="+", help="one label per run (default: none)")
+    ap.add_argument("--tracking-uri", default=f"sqlite:///{ROOT / 'outputs' / 'mlflow.db'}")
+    ap.add_argument("--last-min", type=float, default=10.0)
+    ap.add_argument("--min-share", type=float, default=0.1)
+    ap.add_argument("--json", help="write a notes table {columns, rows, source} here")
+    args = ap.parse_args(argv)
+    labels = args.labels or [""] * len(args.runs)
+    if len(labels) != len(args.runs):
+        ap.error(f"--labels has {len(labels)} items for {len(args.runs)} --runs")
+    bench = load_script("bench_learning")
+    fp = load_script("failure_points")
+    from mlflow.tracking import MlflowClient
+
+    from trackmind.sim.mapio import load_map
+
+    track = load_map(args.map)
+    zones = fp.map_zones(track)
+    client = MlflowClient(tracking_uri=args.tracking_uri)
+    known = {
+        r.info.run_id: r
+        for e in client.search_experiments()
+        for r in client.search_runs([e.experiment_id], max_results=50_000)
+    }
+    results = []
+    for prefix, label in zip(args.runs, labels, strict=True):
+        ids = [i for i in known if i.startswith(prefix)]
+        if len(ids) != 1:
+            print(f"error: --runs {prefix}: {len(ids)} MLflow runs match", file=sys.stderr)
+            return 2
+        races = bench.greedy_history(ids[0], args.tracking_uri)
+        end_s = max(r["wall_s"] for r in races)
+        late = [r for r in races if r["wall_s"] >= end_s - 60 * args.last_min]
+        shares = [r["progress"] or 0.0 for r in late if r["time_ms"] is None]
+        stops = Counter(stopped_at(shares, zones, track.length_m, fp.BEHIND_M))
+        results.append((ids[0][:8], label, len(late), len(late) - len(shares), stops))
+    cols = crowded_zones([r[4] for r in results], args.min_share)
+    by_s = {round(z["s"]): z for z in zones}
+
+    def head(z) -> str:
+        if z is None:
+            return "after the last braking zone"
+        zone = by_s[z]
+        return (
+            f"zone at {z} m ({z / track.length_m:.0%}): {zone['start_speed']:.0f} to "
+            f"{zone['corner_speed']:.0f} m/s, radius {zone['radius']:.0f} m"
+        )
+
+    columns = ["run", "arm", "greedy races", "finished"] + [head(z) for z in cols] + ["elsewhere"]
+    rows = []
+    for run, label, n, done, stops in results:
+        counted = [stops.get(z, 0) for z in cols]
+        rows.append(
+            [
+                run,
+                label,
+                n,
+                f"{done / n:.0%}" if n else "-",
+                *counted,
+                sum(stops.values()) - sum(counted),
+            ]
+        )
+    print(" | ".join(columns))
+    for r in rows:
+        print(" | ".join(map(str, r)))
+    if args.json:
+        given = sys.argv[1:] if argv is None else argv
+        source = "python scripts/race_ends.py " + shlex.join(given)
+        out = {"columns": columns, "rows": rows, "source": source}
+        Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

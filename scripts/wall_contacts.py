@@ -1,0 +1,96 @@
+"""Wall contacts of a checkpoint's greedy race: where, and how much speed each one took.
+
+    python scripts/wall_contacts.py outputs/<run>/agent.pt outputs/<run>/best.pt --map technical
+
+Drives one greedy race per checkpoint (quantile midpoints, as training's greedy races; the
+sim is deterministic, so one race is the race) and lists every action step that touched a
+wall with the car's progress and its speed before and after the step. A large drop in one
+step (40 to 15 m/s, where the brakes take about 2.4 m/s a step) is the wall used as a brake:
+a corner entered too fast that the wall slows down, which works or stops the car depending
+on the angle, and so turns small changes of the weights into lost races.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import numpy as np
+
+
+def hard_hits(contacts: list[tuple[float, float, float]], min_drop: float) -> list:
+    """The contacts (progress m, speed before, speed after) that took min_drop m/s or more."""
+    return [c for c in contacts if c[1] - c[2] >= min_drop]
+
+
+def drive(checkpoint: str, map_name: str) -> dict:
+    import torch
+
+    from trackmind.agent.inference import greedy_q
+    from trackmind.env.observations import FLOATS
+    from trackmind.evaluation import checkpoint_race
+
+    race, net, network, _ = checkpoint_race(checkpoint, map_name)
+    k = network.n_quantiles_inference
+    obs, _ = race.reset()
+    contacts = []
+    for _ in range(100_000):
+        img = torch.from_numpy(obs["frame"]) if "frame" in obs else None
+        q = greedy_q(net, img, torch.from_numpy(obs[FLOATS]), k, None, True).numpy()[0]
+        before = float(race.car.speed[0])
+        obs, _, terminated, truncated, _ = race.step(np.array([int(q.argmax())]))
+        if race.car.wall_contact[0]:
+            after = float(race.car.speed[0])
+            contacts.append(
+                (round(float(race.car.progress_m[0])), round(before, 1), round(after, 1))
+            )
+        if terminated[0] or truncated[0] or race.car.finished[0]:
+            break
+    finished = bool(race.car.finished[0])
+    return {
+        "finished": finished,
+        "time_s": race.car.race_time_ms[0] / 1000 if finished else None,
+        "end_m": round(float(race.car.progress_m[0])),
+        "contacts": contacts,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("checkpoints", nargs="+")
+    ap.add_argument("--map", required=True)
+    ap.add_argument("--labels", nargs="+", help="one label per checkpoint (default: its path)")
+    ap.add_argument("--min-drop", type=float, default=10.0, help="m/s lost in one step")
+    ap.add_argument("--json", help="write a notes table {columns, rows, source} here")
+    args = ap.parse_args(argv)
+    labels = args.labels or args.checkpoints
+    if len(labels) != len(args.checkpoints):
+        ap.error(f"--labels has {len(labels)} items for {len(args.checkpoints)} checkpoints")
+    columns = [
+        "checkpoint",
+        "greedy race",
+        "steps touching a wall",
+        f"hits taking {args.min_drop:g} m/s or more in a step: where (m), speed before > after",
+    ]
+    rows = []
+    for path, label in zip(args.checkpoints, labels, strict=True):
+        r = drive(path, args.map)
+        race = f"finished in {r['time_s']:.2f} s" if r["finished"] else f"ended at {r['end_m']} m"
+        hits = hard_hits(r["contacts"], args.min_drop)
+        where = ", ".join(f"{m} m: {a:.0f} > {b:.0f}" for m, a, b in hits) or "-"
+        rows.append([label, race, len(r["contacts"]), where])
+        print(" | ".join(map(str, rows[-1])))
+    if args.json:
+        given = sys.argv[1:] if argv is None else argv
+        source = "python scripts/wall_contacts.py " + shlex.join(given)
+        Path(args.json).write_text(
+            json.dumps({"columns": columns, "rows": rows, "source": source}, indent=1) + "\n"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
