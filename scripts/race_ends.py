@@ -33,15 +33,14 @@ def load_script(name: str):
     return module
 
 
-def stopped_at(shares: Sequence[float], zones: list[dict], length_m: float, behind_m: float):
+FAILURE_POINTS = load_script("failure_points")
+
+
+def stopped_at(shares: Sequence[float], zones: list[dict], length_m: float) -> list:
     """The zone (its "s" in metres, None: past the last zone) of each unfinished race, from
-    the share of the map it covered."""
-    out = []
-    for share in shares:
-        stop_s = share * length_m
-        ahead = [z["s"] for z in zones if z["s"] >= stop_s - behind_m]
-        out.append(round(ahead[0]) if ahead else None)
-    return out
+    the share of the map it covered (failure_points.stop_zone)."""
+    stops = (FAILURE_POINTS.stop_zone(zones, share * length_m) for share in shares)
+    return [None if z is None else round(z["s"]) for z in stops]
 
 
 def crowded_zones(counts: Sequence[Counter], min_share: float) -> list:
@@ -68,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(labels) != len(args.runs):
         ap.error(f"--labels has {len(labels)} items for {len(args.runs)} --runs")
     bench = load_script("bench_learning")
-    fp = load_script("failure_points")
+    fp = FAILURE_POINTS
     from mlflow.tracking import MlflowClient
 
     from trackmind.sim.mapio import load_map
@@ -89,9 +88,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         races = bench.greedy_history(ids[0], args.tracking_uri)
         end_s = max(r["wall_s"] for r in races)
-        late = [r for r in races if r["wall_s"] >= end_s - 60 * args.last_min]
+        late = bench.late_races(races, end_s - 60 * args.last_min)
         shares = [r["progress"] or 0.0 for r in late if r["time_ms"] is None]
-        stops = Counter(stopped_at(shares, zones, track.length_m, fp.BEHIND_M))
+        stops = Counter(stopped_at(shares, zones, track.length_m))
         results.append((ids[0][:8], label, len(late), len(late) - len(shares), stops))
     cols = crowded_zones([r[4] for r in results], args.min_share)
     by_s = {round(z["s"]): z for z in zones}

@@ -419,7 +419,7 @@ def test_race_ends_assigns_each_stop_to_the_zone_ahead_by_hand():
     # up to 20 m behind: 5% (50 m) -> 100; 11% (110 m, 10 m past it) -> 100; 15% -> 500;
     # 48% -> 500; 91% (910 m) -> 900; 95% (950 m, 50 m past the last) -> None
     zones = [{"s": 100.0}, {"s": 500.0}, {"s": 900.0}]
-    got = ends.stopped_at([0.05, 0.11, 0.15, 0.48, 0.91, 0.95], zones, 1000.0, 20.0)
+    got = ends.stopped_at([0.05, 0.11, 0.15, 0.48, 0.91, 0.95], zones, 1000.0)
     assert got == [100, 100, 500, 500, 900, None]
     # stops over two runs: 100 x4, 500 x5, 900 x1 (5%), None x10 -> with min_share 0.15 the
     # zones 500 (25%) and None (50%) and 100 (20%) stay, in map order with None last
