@@ -39,9 +39,12 @@ A third table gives each run's learning curve: the share of greedy races finishe
 tenth of the budget (3-minute windows at 30 minutes), which shows whether a run was still
 climbing when it stopped and how far it swings between windows. Its last column is the
 lag-1 autocorrelation of the closing window's greedy race outcomes in time order: about 0
-when races are independent, higher when the policy churns between weight versions. Rows
-saved before either existed get them from MLflow when the run is still in the tracking
-store.
+when races are independent, higher when the policy churns between weight versions. The
+next is the value drift: the closing window's median `train/q_mean` less the lowest
+minute's median of the run. A mini-race's Q is a sum over a few seconds of driving, so it
+settles; a drift of several reward units says the values diverged (the bootstrapped targets
+chase the network's own growing estimates) even where the greedy argmax still drives. Rows
+saved before these existed get them from MLflow when the run is still in the tracking store.
 """
 
 from __future__ import annotations
@@ -73,6 +76,8 @@ START_SHARE = 0.05  # a greedy race that ended within the first 5% of the map st
 CURVE_WINDOWS = 10  # the learning curve's windows: tenths of the budget
 NEAR_RATIO = 1.05  # "regular, near the reference": the second milestone Linesight reports
 THROUGHPUT = ("throughput/samples_per_s", "throughput/transitions_per_s")
+Q_MEAN = "train/q_mean"
+DRIFT_BIN_S = 60.0  # the value drift's floor: the lowest median over one-minute bins
 
 
 def window_s(minutes: float) -> float:
@@ -163,6 +168,22 @@ def outcome_autocorrelation(finished: Sequence[bool], lag: int = 1) -> float | N
         return None
     cov = sum((x[i] - mean) * (x[i + lag] - mean) for i in range(len(x) - lag))
     return cov / var
+
+
+def value_drift(points: Sequence[tuple[float, float]], start_s: float) -> float | None:
+    """Median of the values from start_s on, less the lowest median of DRIFT_BIN_S bins.
+
+    `points`: (seconds since the run's first point, value) of `train/q_mean`. About 0 for a
+    run whose values settled at their lowest, a few tenths for one still moving, several
+    units for one that diverged. None without a point in the closing window.
+    """
+    late = [v for t, v in points if t >= start_s]
+    if not late:
+        return None
+    bins: dict[int, list[float]] = {}
+    for t, v in points:
+        bins.setdefault(int(t // DRIFT_BIN_S), []).append(v)
+    return statistics.median(late) - min(statistics.median(b) for b in bins.values())
 
 
 def late_races(history: list[dict], start_s: float) -> list[dict]:
@@ -399,14 +420,30 @@ def throughput(run_id: str, tracking_uri: str) -> dict[str, float | None]:
     return out
 
 
+def q_mean_drift(run_id: str, tracking_uri: str, minutes: float) -> float | None:
+    """value_drift of a run's `train/q_mean`, its closing window ending at the last point."""
+    history = _client(tracking_uri).get_metric_history(run_id, Q_MEAN)
+    if not history:
+        return None
+    t0 = min(m.timestamp for m in history)
+    points = [((m.timestamp - t0) / 1000.0, m.value) for m in history]
+    return value_drift(points, max(t for t, _ in points) - window_s(minutes))
+
+
 def add_missing_curves(saved: dict[str, list[dict]], tracking_uri: str) -> bool:
-    """Give rows saved before curves (or the outcome autocorrelation) existed theirs, from
-    their MLflow run where it is still there (else None, so it is not asked again); True
-    when a row changed. The autocorrelation's window then ends at the run's last greedy race
-    (the run's own end is not in its history)."""
+    """Give rows saved before curves (or the outcome autocorrelation, or the value drift)
+    existed theirs, from their MLflow run where it is still there (else None, so it is not
+    asked again); True when a row changed. The autocorrelation's window then ends at the
+    run's last greedy race (the run's own end is not in its history)."""
     changed = False
     for rows in saved.values():
         for r in rows:
+            if "q_drift" not in r:
+                try:
+                    r["q_drift"] = q_mean_drift(r["run_id"], tracking_uri, r["minutes"])
+                except Exception:  # the run is gone from this tracking store
+                    r["q_drift"] = None
+                changed = True
             if "curve" in r and "late_autocorr" in r:
                 continue
             try:
@@ -463,12 +500,13 @@ def table(rows: list[dict]) -> str:
 
 
 def curves_table(rows: list[dict]) -> str:
-    """Each row's learning curve: % of greedy races finished per tenth of the budget, and
-    the lag-1 autocorrelation of the closing window's race outcomes (churn)."""
+    """Each row's learning curve: % of greedy races finished per tenth of the budget, the
+    lag-1 autocorrelation of the closing window's race outcomes (churn) and the value drift
+    (divergence)."""
     lines = [
         "| map | budget | finished in each tenth of the budget, % | outcome autocorrelation, "
-        "last window | MLflow run |",
-        "|---|---|---|---|---|",
+        "last window | value drift, last window | MLflow run |",
+        "|---|---|---|---|---|---|",
     ]
     for r in rows:
         if not r.get("curve"):
@@ -477,7 +515,10 @@ def curves_table(rows: list[dict]) -> str:
         cells = " ".join("-" if c is None else f"{100 * c:.0f}" for c in r["curve"])
         ac = r.get("late_autocorr")
         ac = "-" if ac is None else f"{ac:+.2f}"
-        lines.append(f"| {name} | {r['minutes']:g} min | {cells} | {ac} | `{r['run_id'][:8]}` |")
+        drift = "-" if r.get("q_drift") is None else f"{r['q_drift']:+.2f}"
+        lines.append(
+            f"| {name} | {r['minutes']:g} min | {cells} | {ac} | {drift} | `{r['run_id'][:8]}` |"
+        )
     return "\n".join(lines)
 
 
@@ -533,10 +574,13 @@ def learning_block(text: str, rows: list[dict]) -> str:
     if any(r.get("curve") for r in rows):
         across += (
             "\n\nHow each run learned (from its MLflow record; older runs no longer in the "
-            "tracking store have no curve). The last column is the lag-1 autocorrelation of "
-            "the closing window's greedy race outcomes in time order: about 0 (+- 0.07 at 200 "
-            "races) for independent races, higher when races close in time succeed or fail "
-            f"together, as a policy churning between weight versions makes them:\n\n"
+            "tracking store have no curve). The outcome autocorrelation is the lag-1 "
+            "autocorrelation of the closing window's greedy race outcomes in time order: about "
+            "0 (+- 0.07 at 200 races) for independent races, higher when races close in time "
+            "succeed or fail together, as a policy churning between weight versions makes "
+            "them. The value drift is the closing window's median `train/q_mean` less the "
+            "lowest one-minute median of the run: a few tenths for a run whose values "
+            "settled, several units for one whose values diverged:\n\n"
             f"{curves_table(rows)}"
         )
     block = (
@@ -646,6 +690,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = []
         end_s = max((h["wall_s"] for h in history), default=0.0)
         speed = throughput(run_id, args.tracking_uri)
+        drift = q_mean_drift(run_id, args.tracking_uri, args.minutes)
         for name in maps_of(option):
             ref = reference_time_ms(load_map(name))
             mine = [h for h in history if h["map"] == name]
@@ -658,6 +703,7 @@ def main(argv: list[str] | None = None) -> int:
                 run_id=run_id,
                 date=date.today().isoformat(),
                 machine=machine(),
+                q_drift=drift,
                 **speed,
             )
             rows.append(row)

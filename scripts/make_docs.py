@@ -164,7 +164,9 @@ def pairs_table(data: dict, saved: dict[str, list[dict]]) -> str:
     [arm run, control run or null] by run id (a prefix will do: ids outlive a re-keying of
     the rows), and `control` may name the control's columns. A map with two or more pairs
     gets a median line (first finish: a run that never finished counts as its budget; the
-    control's medians only where every seed has one)."""
+    control's medians only where every seed has one). `"drift": true` adds each run's value
+    drift (bench_learning.value_drift: a diverging run shows several units)."""
+    drift = bool(data.get("drift"))
     by_run = {r["run_id"]: r for rows in saved.values() for r in rows if r["option"] == r["map"]}
 
     def row_of(prefix: str | None) -> dict | None:
@@ -183,16 +185,35 @@ def pairs_table(data: dict, saved: dict[str, list[dict]]) -> str:
             f" ({acts / 1000:.0f}k actions)" if acts else ""
         )
 
+    def drift_cell(value: float | None) -> list[str]:
+        if not drift:
+            return []
+        return ["-" if value is None else f"{value:+.2f}"]
+
     def cells(r: dict | None) -> list[str]:
         if r is None:
-            return ["-"] * 4
+            return ["-"] * (5 if drift else 4)
         ratio = "-" if r["median_ratio"] is None else f"{r['median_ratio']:.3f}"
-        return [f"{r['finish_rate']:.0%}", first(r), ratio, r["run_id"][:8]]
+        return [
+            f"{r['finish_rate']:.0%}",
+            first(r),
+            ratio,
+            *drift_cell(r.get("q_drift")),
+            r["run_id"][:8],
+        ]
 
     def medians(rs: list[dict]) -> list[str]:
         m = load_script("bench_learning").medians(rs)
         ratio = "-" if m["median_ratio"] is None else f"{m['median_ratio']:.3f}"
-        return [f"**{m['finish_rate']:.0%}**", f"{m['first_finish_min']:.1f} min", ratio, ""]
+        drifts = [r.get("q_drift") for r in rs]
+        mid = statistics.median(drifts) if None not in drifts else None
+        return [
+            f"**{m['finish_rate']:.0%}**",
+            f"{m['first_finish_min']:.1f} min",
+            ratio,
+            *drift_cell(mid),
+            "",
+        ]
 
     by_map: dict[str, list[tuple[dict, dict | None]]] = {}
     for arm, control in data["pairs"]:
@@ -204,15 +225,11 @@ def pairs_table(data: dict, saved: dict[str, list[dict]]) -> str:
             out.append([name, str(seed_of(a["overrides"])), *cells(a), *cells(c)])
         if len(pairs) > 1:
             controls = [c for _, c in pairs]
-            ctrl = medians(controls) if all(controls) else ["-"] * 4
+            ctrl = medians(controls) if all(controls) else ["-"] * (5 if drift else 4)
             out.append([name, "median", *medians([a for a, _ in pairs]), *ctrl])
-    columns = ["map", "seed", "finished, last 10 min", "first finish", "median ratio", "run"]
-    columns += [
-        f"{data.get('control', 'control')}: finished",
-        "first finish",
-        "median ratio",
-        "run",
-    ]
+    shown = ["first finish", "median ratio", *(["value drift"] if drift else []), "run"]
+    columns = ["map", "seed", "finished, last 10 min", *shown]
+    columns += [f"{data.get('control', 'control')}: finished", *shown]
     return markdown_table(columns, out)
 
 

@@ -18,11 +18,9 @@ from __future__ import annotations
 import sys
 
 import numpy as np
-import torch
 
 from trackmind.cli import OneLineParser, float_in, int_at_least
-from trackmind.env.observations import FLOATS
-from trackmind.evaluation import checkpoint_race
+from trackmind.evaluation import checkpoint_race, observation_q
 
 BRAKE = 6  # game/actions.py: brake
 
@@ -38,7 +36,6 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.from_m >= args.to_m:
         ap.error(f"--from-m ({args.from_m:g}) must be below --to-m ({args.to_m:g})")
-    from trackmind.agent.inference import greedy_q
     from trackmind.replay.config import BufferConfig
 
     try:
@@ -50,8 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     horizon = BufferConfig.from_dict(cfg.buffer).horizon_actions(race.action_ms)
 
     def q_of(obs) -> np.ndarray:
-        img = torch.from_numpy(obs["frame"]) if "frame" in obs else None
-        return greedy_q(net, img, torch.from_numpy(obs[FLOATS]), k, None, True).numpy()[0]
+        return observation_q(net, obs, k)[0]
 
     def mini_race_return(state, plan: list[int]) -> tuple[float, float]:
         obs, _ = race.restore([0], [state])

@@ -27,19 +27,14 @@ def hard_hits(contacts: list[tuple[float, float, float]], min_drop: float) -> li
 
 
 def drive(checkpoint: str, map_name: str) -> dict:
-    import torch
-
-    from trackmind.agent.inference import greedy_q
-    from trackmind.env.observations import FLOATS
-    from trackmind.evaluation import checkpoint_race
+    from trackmind.evaluation import checkpoint_race, observation_q
 
     race, net, network, _ = checkpoint_race(checkpoint, map_name)
     k = network.n_quantiles_inference
     obs, _ = race.reset()
     contacts = []
     for _ in range(100_000):
-        img = torch.from_numpy(obs["frame"]) if "frame" in obs else None
-        q = greedy_q(net, img, torch.from_numpy(obs[FLOATS]), k, None, True).numpy()[0]
+        q = observation_q(net, obs, k)[0]
         before = float(race.car.speed[0])
         obs, _, terminated, truncated, _ = race.step(np.array([int(q.argmax())]))
         if race.car.wall_contact[0]:

@@ -309,3 +309,26 @@ def test_the_target_network_takes_its_own_quantile_count():
     cfg.network.n_quantiles_target = 4
     learner = build_learner(plan_run(cfg), None)
     assert (learner.module.n_train, learner.module.n_target) == (8, 4)
+
+
+def test_wall_contacts_drives_a_checkpoint_and_writes_its_notes_table(tmp_path, capsys):
+    """scripts/wall_contacts.py: one greedy race per checkpoint, a row each, in the table."""
+    import json
+
+    import wall_contacts as script
+
+    plan = _plan()
+    _, _, net = build_collector_parts(plan.collectors, n_cars=1)
+    agent = tmp_path / "agent.pt"
+    torch.save({"network": net.state_dict(), "config": plan.cfg}, agent)
+    notes = tmp_path / "walls.json"
+    args = [str(agent), "--map", "starter", "--labels", "untrained", "--json", str(notes)]
+    assert script.main(args) == 0
+    table = json.loads(notes.read_text())
+    assert table["source"] == "python scripts/wall_contacts.py " + " ".join(args)
+    (row,) = table["rows"]
+    assert len(row) == len(table["columns"]) == 4
+    assert row[0] == "untrained"
+    assert row[1].startswith(("finished in", "ended at"))
+    assert isinstance(row[2], int) and row[2] >= 0  # steps touching a wall
+    assert capsys.readouterr().out.startswith("untrained | ")

@@ -170,3 +170,43 @@ def test_pairs_table_by_hand():
     )
     one = docs.pairs_table({"pairs": [["aaaa", None]]}, saved).splitlines()
     assert one[2].endswith("| aaaaaaa0 | - | - | - | - |") and len(one) == 3
+
+
+def test_pairs_table_shows_the_value_drift_when_asked():
+    """`"drift": true`: each run's value drift beside its ratio, their median on the median
+    line, '-' for a run saved without one."""
+    docs = load_script("make_docs")
+
+    def row(run, overrides, drift):
+        r = {
+            "run_id": run + "0" * 24,
+            "map": "hairpins",
+            "option": "hairpins",
+            "minutes": 30.0,
+            "overrides": overrides,
+            "finish_rate": 0.9,
+            "first_finish_min": 3.0,
+            "first_finish_actions": None,
+            "median_ratio": 1.1,
+        }
+        return r if drift is None else {**r, "q_drift": drift}
+
+    saved = {
+        "a": [row("aaaaaaa0", "x=1", 0.4)],
+        "b": [row("bbbbbbb0", "x=1 seed=1", 14.5)],
+        "c": [row("ccccccc0", "", 0.2)],
+        "d": [row("ddddddd0", "seed=1", None)],
+    }
+    table = {"pairs": [["aaaa", "cccc"], ["bbbb", "dddd"]], "drift": True}
+    lines = docs.pairs_table(table, saved).splitlines()
+    assert lines[0].count("value drift") == 2
+    assert lines[2] == (
+        "| hairpins | 0 | 90% | 3.0 min | 1.100 | +0.40 | aaaaaaa0 | 90% | 3.0 min | 1.100 "
+        "| +0.20 | ccccccc0 |"
+    )
+    assert lines[3].endswith("| +14.50 | bbbbbbb0 | 90% | 3.0 min | 1.100 | - | ddddddd0 |")
+    # the arms' median drift is (0.4 + 14.5) / 2; the controls lack one
+    assert lines[4] == (
+        "| hairpins | median | **90%** | 3.0 min | 1.100 | +7.45 |  | **90%** | 3.0 min | 1.100 "
+        "| - |  |"
+    )

@@ -170,7 +170,8 @@ def test_bench_learning_curve_by_hand():
     assert bench.summarise(history, 60_000.0, 30, 1808.0)["curve"] == curve
     row = {"map": "technical", "option": "technical", "minutes": 30, "overrides": "seed=1"}
     lines = bench.curves_table([{**row, "curve": curve, "run_id": "0123456789"}]).splitlines()
-    assert lines[2] == "| technical `seed=1` | 30 min | 0 50 - - - - - - - 50 | - | `01234567` |"
+    cells = "0 50 - - - - - - - 50 | - | - |"  # the curve, no autocorrelation, no value drift
+    assert lines[2] == f"| technical `seed=1` | 30 min | {cells} `01234567` |"
     assert len(bench.curves_table([{**row, "curve": None, "run_id": "x"}]).splitlines()) == 2
 
 
@@ -198,7 +199,21 @@ def test_bench_learning_outcome_autocorrelation_by_hand():
     assert bench.summarise(history, 60_000.0, 30, 1808.0)["late_autocorr"] == 0.25
     row = {"map": "technical", "option": "technical", "minutes": 30, "overrides": ""}
     cells = {**row, "curve": [0.5] * 10, "late_autocorr": 0.25, "run_id": "0123456789"}
-    assert bench.curves_table([cells]).splitlines()[2].endswith("| +0.25 | `01234567` |")
+    assert bench.curves_table([cells]).splitlines()[2].endswith("| +0.25 | - | `01234567` |")
+
+
+def test_bench_learning_value_drift_by_hand():
+    """The closing window's median Q less the lowest one-minute median of the run."""
+    bench = load_script("bench_learning")
+    settled = [(0.0, -1.0), (30.0, -1.0), (60.0, -5.0), (90.0, -5.0), (120.0, -4.0), (150.0, -4.5)]
+    # minute medians -1, -5, -4.25; closing window from 120 s: median(-4, -4.5) = -4.25
+    assert bench.value_drift(settled, 120.0) == -4.25 - -5.0
+    diverged = [(0.0, -4.0), (60.0, -4.5), (120.0, 5.0), (180.0, 17.0)]
+    assert bench.value_drift(diverged, 120.0) == 11.0 - -4.5  # median(5, 17) = 11
+    assert bench.value_drift(settled, 200.0) is None  # no point in the window
+    row = {"map": "technical", "option": "technical", "minutes": 30, "overrides": ""}
+    cells = {**row, "curve": [0.5] * 10, "q_drift": 15.5, "run_id": "0123456789"}
+    assert bench.curves_table([cells]).splitlines()[2].endswith("| - | +15.50 | `01234567` |")
 
 
 def test_bench_learning_records_each_run_where_it_reads_it_back(monkeypatch, tmp_path):

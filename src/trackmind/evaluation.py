@@ -140,6 +140,15 @@ def checkpoint_network(race, cfg, ckpt: dict):
     return net.eval(), network
 
 
+def observation_q(
+    net, obs: dict, k: int, generator=None, midpoint: bool = True, cvar: float = 1.0
+) -> np.ndarray:
+    """Q values (cars, actions) of one race observation: the frame if the race has one, the
+    floats, k taus (the quantile midpoints unless `midpoint` is False)."""
+    img = torch.from_numpy(obs["frame"]) if "frame" in obs else None
+    return greedy_q(net, img, torch.from_numpy(obs[FLOATS]), k, generator, midpoint, cvar).numpy()
+
+
 def checkpoint_race(path: str, map_name: str):
     """(a one-car race on the map, the checkpoint's network, its NetworkConfig, the run's
     recorded config) for the tools that study one checkpoint on one map; a ValueError with
@@ -170,8 +179,7 @@ def _evaluate_map(
     cvar = network.greedy_cvar if cvar is None else float(cvar)
 
     def policy(obs, greedy, net=net, gen=gen, k=k):
-        img = torch.from_numpy(obs["frame"]) if "frame" in obs else None
-        q = greedy_q(net, img, torch.from_numpy(obs[FLOATS]), k, gen, midpoint, cvar).numpy()
+        q = observation_q(net, obs, k, gen, midpoint, cvar)
         return q.argmax(axis=1), q, np.ones(len(q), bool)
 
     gim = GameInstanceManager(race, cycle)
