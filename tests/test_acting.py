@@ -214,14 +214,21 @@ def test_frozen_copies_run_as_the_live_network_but_never_recompile():
         assert frozen.nets[7].net is not net
 
 
-def test_evaluate_races_every_loadable_map_and_names_the_others(tmp_path, capsys):
-    """scripts/evaluate.py: bad maps do not stop the good ones; one line each, exit 2."""
-    import evaluate as script
-
+def _untrained_agent(tmp_path: Path) -> Path:
+    """An agent.pt of freshly drawn weights and the test plan's config, for the scripts that
+    read a checkpoint."""
     plan = _plan()
     _, _, net = build_collector_parts(plan.collectors, n_cars=1)
     agent = tmp_path / "agent.pt"
     torch.save({"network": net.state_dict(), "config": plan.cfg}, agent)
+    return agent
+
+
+def test_evaluate_races_every_loadable_map_and_names_the_others(tmp_path, capsys):
+    """scripts/evaluate.py: bad maps do not stop the good ones; one line each, exit 2."""
+    import evaluate as script
+
+    agent = _untrained_agent(tmp_path)
     bad_csv = tmp_path / "bad.csv"
     bad_csv.write_text("0,0,4,4\n1,0\n")
     code = script.main(
@@ -243,10 +250,7 @@ def test_value_audit_compares_q_with_true_mini_race_returns(tmp_path, capsys):
     """scripts/value_audit.py: one row per audited state, returns of every alternative."""
     import value_audit as script
 
-    plan = _plan()
-    _, _, net = build_collector_parts(plan.collectors, n_cars=1)
-    agent = tmp_path / "agent.pt"
-    torch.save({"network": net.state_dict(), "config": plan.cfg}, agent)
+    agent = _untrained_agent(tmp_path)
     code = script.main(
         [
             str(agent),
@@ -282,10 +286,7 @@ def test_target_argmax_tables_each_draw_against_the_greedy_action(tmp_path, caps
     """scripts/target_argmax.py: one row per count and draw, shares between 0 and 100%."""
     import target_argmax as script
 
-    plan = _plan()
-    _, _, net = build_collector_parts(plan.collectors, n_cars=1)
-    agent = tmp_path / "agent.pt"
-    torch.save({"network": net.state_dict(), "config": plan.cfg}, agent)
+    agent = _untrained_agent(tmp_path)
     argv = [str(agent), "--map", "starter", "--counts", "2", "4", "--repeats", "2"]
     assert script.main([*argv, "--max-actions", "20"]) == 0
     out = capsys.readouterr().out
@@ -317,10 +318,7 @@ def test_wall_contacts_drives_a_checkpoint_and_writes_its_notes_table(tmp_path, 
 
     import wall_contacts as script
 
-    plan = _plan()
-    _, _, net = build_collector_parts(plan.collectors, n_cars=1)
-    agent = tmp_path / "agent.pt"
-    torch.save({"network": net.state_dict(), "config": plan.cfg}, agent)
+    agent = _untrained_agent(tmp_path)
     notes = tmp_path / "walls.json"
     args = [str(agent), "--map", "starter", "--labels", "untrained", "--json", str(notes)]
     assert script.main(args) == 0
