@@ -72,7 +72,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from trackmind.sim.mapio import load_map
 
-    track = load_map(args.map)
+    try:
+        track = load_map(args.map)
+    except (ValueError, OSError) as e:  # ConfigError is a ValueError
+        print(f"error: --map {args.map}: {e}", file=sys.stderr)
+        return 2
     zones = fp.map_zones(track)
     client = MlflowClient(tracking_uri=args.tracking_uri)
     known = {

@@ -72,7 +72,11 @@ def main(argv: list[str] | None = None) -> int:
     ]
     rows = []
     for path, label in zip(args.checkpoints, labels, strict=True):
-        r = drive(path, args.map)
+        try:
+            r = drive(path, args.map)
+        except ValueError as e:  # a checkpoint or map that does not load: one line
+            print(f"error: {e}", file=sys.stderr)
+            return 2
         race = f"finished in {r['time_s']:.2f} s" if r["finished"] else f"ended at {r['end_m']} m"
         hits = hard_hits(r["contacts"], args.min_drop)
         where = ", ".join(f"{m} m: {a:.0f} > {b:.0f}" for m, a, b in hits) or "-"

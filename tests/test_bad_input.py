@@ -74,6 +74,8 @@ SCRIPTS = [  # (id, script, argv, what the line must name)
     ("audit-every", "value_audit", ["nope.pt", "--map", "starter", "--every", "0"], "--every"),
     ("audit-range", "value_audit", ["x.pt", "--map=s", "--from-m=9", "--to-m=1"], "--from-m"),
     ("audit-brake", "value_audit", ["corrupt.ckpt", "--map", "starter", "--brake", "x"], "--brake"),
+    ("walls-missing", "wall_contacts", ["nope.pt", "--map", "starter"], "nope.pt"),
+    ("race-ends-map", "race_ends", ["--map", "nowhere.csv", "--runs", "abc"], "nowhere.csv"),
     ("target-argmax-missing", "target_argmax", ["nope.pt", "--map", "starter"], "nope.pt"),
     ("target-argmax-odd", "target_argmax", ["x.pt", "--map=s", "--counts", "5"], "--counts"),
     ("bench-learning-minutes", "bench_learning", ["--minutes", "0"], "--minutes"),
