@@ -23,7 +23,6 @@ from docs/bench_learning.json.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import re
 import statistics
@@ -35,13 +34,6 @@ DOCS = ROOT / "docs"
 RESULTS = DOCS / "results"
 IMG = DOCS / "img"
 MARK = re.compile(r"(<!-- table: (?P<name>[\w./-]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
-
-
-def load_script(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def markdown_table(columns: list[str], rows: list[list]) -> str:
@@ -117,7 +109,8 @@ def screen_table(saved: dict[str, list[dict]]) -> str:
     seed and its median, the median first finish (a run with none counts as its budget), the
     median finish rate of the closing window, the median learner speed, and the days the
     runs were made (a lever is compared with a control of the same day and checkout)."""
-    without_seed = load_script("bench_learning").without_seed
+    from bench_learning import without_seed
+
     levers: dict[tuple, list[dict]] = {}
     for rows in saved.values():
         for r in rows:
@@ -203,7 +196,9 @@ def pairs_table(data: dict, saved: dict[str, list[dict]]) -> str:
         ]
 
     def medians(rs: list[dict]) -> list[str]:
-        m = load_script("bench_learning").medians(rs)
+        import bench_learning
+
+        m = bench_learning.medians(rs)
         ratio = "-" if m["median_ratio"] is None else f"{m['median_ratio']:.3f}"
         drifts = [r.get("q_drift") for r in rs]
         mid = statistics.median(drifts) if None not in drifts else None
@@ -263,7 +258,8 @@ def fill_tables(text: str) -> str:
 
 def benchmarks_block(page_text: str) -> str:
     """docs/benchmarks.md with bench_learning.py's tables of every saved row."""
-    bench = load_script("bench_learning")
+    import bench_learning as bench
+
     rows = bench.ordered_rows(json.loads((DOCS / "bench_learning.json").read_text()))
     return bench.learning_block(page_text, rows)
 
@@ -271,7 +267,8 @@ def benchmarks_block(page_text: str) -> str:
 def gpu_block(page_text: str) -> str:
     """docs/gpu.md with the table of the check folder its generated block names (the folder
     a `gpu_check.py --report DIR --docs` last wrote it from)."""
-    gpu = load_script("gpu_check")
+    import gpu_check as gpu
+
     named = re.search(r"gpu_check\.py --report (\S+): do not edit", page_text)
     if named is None:
         raise SystemExit("docs/gpu.md: its gpu-check block names no result folder")
@@ -390,7 +387,8 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         return 0
     IMG.mkdir(exist_ok=True)
-    bench = load_script("bench_learning")
+    import bench_learning as bench
+
     rows = bench.ordered_rows(json.loads((DOCS / "bench_learning.json").read_text()))
     learning_curves(rows, IMG / "learning_curves.png")
     lever_figure(rows, IMG / "levers.png")

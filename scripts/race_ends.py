@@ -14,8 +14,6 @@ into the wall) is the next question (scripts/value_audit.py, scripts/wall_contac
 
 from __future__ import annotations
 
-import argparse
-import importlib.util
 import json
 import shlex
 import sys
@@ -23,23 +21,18 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
+import bench_learning
+import failure_points
+
+from trackmind.cli import OneLineParser, positive_float, share
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def load_script(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-FAILURE_POINTS = load_script("failure_points")
 
 
 def stopped_at(shares: Sequence[float], zones: list[dict], length_m: float) -> list:
     """The zone (its "s" in metres, None: past the last zone) of each unfinished race, from
     the share of the map it covered (failure_points.stop_zone)."""
-    stops = (FAILURE_POINTS.stop_zone(zones, share * length_m) for share in shares)
+    stops = (failure_points.stop_zone(zones, share * length_m) for share in shares)
     return [None if z is None else round(z["s"]) for z in stops]
 
 
@@ -54,20 +47,18 @@ def crowded_zones(counts: Sequence[Counter], min_share: float) -> list:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = OneLineParser(description=__doc__.split("\n")[0])
     ap.add_argument("--map", required=True, help="the runs' map (a built-in name or file)")
     ap.add_argument("--runs", nargs="+", required=True, help="MLflow run ids or their prefixes")
     ap.add_argument("--labels", nargs="+", help="one label per run (default: none)")
     ap.add_argument("--tracking-uri", default=f"sqlite:///{ROOT / 'outputs' / 'mlflow.db'}")
-    ap.add_argument("--last-min", type=float, default=10.0)
-    ap.add_argument("--min-share", type=float, default=0.1)
+    ap.add_argument("--last-min", type=positive_float(), default=10.0)
+    ap.add_argument("--min-share", type=share(), default=0.1)
     ap.add_argument("--json", help="write a notes table {columns, rows, source} here")
     args = ap.parse_args(argv)
     labels = args.labels or [""] * len(args.runs)
     if len(labels) != len(args.runs):
         ap.error(f"--labels has {len(labels)} items for {len(args.runs)} --runs")
-    bench = load_script("bench_learning")
-    fp = FAILURE_POINTS
     from mlflow.tracking import MlflowClient
 
     from trackmind.sim.mapio import load_map
@@ -77,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as e:  # ConfigError is a ValueError
         print(f"error: --map {args.map}: {e}", file=sys.stderr)
         return 2
-    zones = fp.map_zones(track)
+    zones = failure_points.map_zones(track)
     client = MlflowClient(tracking_uri=args.tracking_uri)
     known = {
         r.info.run_id: r
@@ -90,9 +81,9 @@ def main(argv: list[str] | None = None) -> int:
         if len(ids) != 1:
             print(f"error: --runs {prefix}: {len(ids)} MLflow runs match", file=sys.stderr)
             return 2
-        races = bench.greedy_history(ids[0], args.tracking_uri)
+        races = bench_learning.greedy_history(ids[0], args.tracking_uri)
         end_s = max(r["wall_s"] for r in races)
-        late = bench.late_races(races, end_s - 60 * args.last_min)
+        late = bench_learning.late_races(races, end_s - 60 * args.last_min)
         shares = [r["progress"] or 0.0 for r in late if r["time_ms"] is None]
         stops = Counter(stopped_at(shares, zones, track.length_m))
         results.append((ids[0][:8], label, len(late), len(late) - len(shares), stops))

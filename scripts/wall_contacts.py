@@ -12,13 +12,14 @@ on the angle, and so turns small changes of the weights into lost races.
 
 from __future__ import annotations
 
-import argparse
 import json
 import shlex
 import sys
 from pathlib import Path
 
 import numpy as np
+
+from trackmind.cli import OneLineParser, positive_float
 
 
 def hard_hits(contacts: list[tuple[float, float, float]], min_drop: float) -> list:
@@ -54,11 +55,11 @@ def drive(checkpoint: str, map_name: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = OneLineParser(description=__doc__.split("\n")[0])
     ap.add_argument("checkpoints", nargs="+")
     ap.add_argument("--map", required=True)
     ap.add_argument("--labels", nargs="+", help="one label per checkpoint (default: its path)")
-    ap.add_argument("--min-drop", type=float, default=10.0, help="m/s lost in one step")
+    ap.add_argument("--min-drop", type=positive_float(), default=10.0, help="m/s lost in one step")
     ap.add_argument("--json", help="write a notes table {columns, rows, source} here")
     args = ap.parse_args(argv)
     labels = args.labels or args.checkpoints

@@ -93,13 +93,9 @@ def test_scripted_driver_finishes_every_builtin_map_between_1x_and_2x_reference(
 
 def test_axle_friction_of_the_bound_script_by_hand():
     """scripts/reference_bounds.py: the two axles' friction circles, braking split evenly."""
-    import importlib.util
-    from pathlib import Path
+    from test_scripts import load_script
 
-    path = Path(__file__).resolve().parents[1] / "scripts" / "reference_bounds.py"
-    spec = importlib.util.spec_from_file_location("reference_bounds", path)
-    rb = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(rb)
+    rb = load_script("reference_bounds")
     front, rear = rb.axle_grips(VehicleParams())
     # static loads 1.4 / 2.6 and 1.2 / 2.6 of g, times mu = 3 (rear x 1.15)
     assert front == pytest.approx(3.0 * 9.81 * 1.4 / 2.6, rel=1e-3)

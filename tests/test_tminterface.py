@@ -8,7 +8,6 @@ centers, race times, frames) are checked value by value against hand-computed ca
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import logging
 import struct
@@ -20,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from test_scripts import load_script
 from tminterface.structs import CheckpointData, CheckpointTime, SimStateData
 
 from trackmind.collectors.parts import build_collector_parts
@@ -57,13 +57,6 @@ from trackmind.training.factory import plan_run
 ROOT = Path(__file__).resolve().parents[1]
 FRAME = (24, 32)
 REF_MS = 12340
-
-
-def load_script(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.fixture(autouse=True)
