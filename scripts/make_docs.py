@@ -29,6 +29,9 @@ import statistics
 import sys
 from pathlib import Path
 
+import bench_learning
+import gpu_check
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 RESULTS = DOCS / "results"
@@ -109,12 +112,10 @@ def screen_table(saved: dict[str, list[dict]]) -> str:
     seed and its median, the median first finish (a run with none counts as its budget), the
     median finish rate of the closing window, the median learner speed, and the days the
     runs were made (a lever is compared with a control of the same day and checkout)."""
-    from bench_learning import without_seed
-
     levers: dict[tuple, list[dict]] = {}
     for rows in saved.values():
         for r in rows:
-            lever = without_seed(r["overrides"]) or "defaults"
+            lever = bench_learning.without_seed(r["overrides"]) or "defaults"
             levers.setdefault((r["map"], r["minutes"], lever), []).append(r)
     out = []
     for (name, minutes, lever), rs in levers.items():
@@ -196,8 +197,6 @@ def pairs_table(data: dict, saved: dict[str, list[dict]]) -> str:
         ]
 
     def medians(rs: list[dict]) -> list[str]:
-        import bench_learning
-
         m = bench_learning.medians(rs)
         ratio = "-" if m["median_ratio"] is None else f"{m['median_ratio']:.3f}"
         drifts = [r.get("q_drift") for r in rs]
@@ -258,22 +257,18 @@ def fill_tables(text: str) -> str:
 
 def benchmarks_block(page_text: str) -> str:
     """docs/benchmarks.md with bench_learning.py's tables of every saved row."""
-    import bench_learning as bench
-
-    rows = bench.ordered_rows(json.loads((DOCS / "bench_learning.json").read_text()))
-    return bench.learning_block(page_text, rows)
+    rows = bench_learning.ordered_rows(json.loads((DOCS / "bench_learning.json").read_text()))
+    return bench_learning.learning_block(page_text, rows)
 
 
 def gpu_block(page_text: str) -> str:
     """docs/gpu.md with the table of the check folder its generated block names (the folder
     a `gpu_check.py --report DIR --docs` last wrote it from)."""
-    import gpu_check as gpu
-
     named = re.search(r"gpu_check\.py --report (\S+): do not edit", page_text)
     if named is None:
         raise SystemExit("docs/gpu.md: its gpu-check block names no result folder")
     folder = ROOT / named.group(1)
-    return gpu.with_table(page_text, folder, gpu.report(folder))
+    return gpu_check.with_table(page_text, folder, gpu_check.report(folder))
 
 
 def pages() -> dict[Path, str]:
@@ -387,9 +382,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         return 0
     IMG.mkdir(exist_ok=True)
-    import bench_learning as bench
-
-    rows = bench.ordered_rows(json.loads((DOCS / "bench_learning.json").read_text()))
+    rows = bench_learning.ordered_rows(json.loads((DOCS / "bench_learning.json").read_text()))
     learning_curves(rows, IMG / "learning_curves.png")
     lever_figure(rows, IMG / "levers.png")
     for p in stale:

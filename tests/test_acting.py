@@ -7,7 +7,6 @@ action for action by a one-car race with the single weights version it recorded.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +24,6 @@ from trackmind.evaluation import evaluate
 from trackmind.training.factory import RunPlan, plan_run
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
 
 
 def _plan(*overrides: str) -> RunPlan:

@@ -19,7 +19,6 @@ import pytest
 from trackmind.tracking.mlflow_run import ML_VIEW
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
 
 from mlflow_ui_screenshot import (  # noqa: E402
     find_browser,
