@@ -31,6 +31,12 @@ TRAIN = [  # (id, argv, what the line must name)
     ("optimizer", ["learner.optimizer=sgd"], "learner.optimizer"),
     ("n-steps", ["buffer.n_steps=0"], "buffer.n_steps"),
     ("mini-race", ["buffer.mini_race_duration_ms=-5"], "buffer.mini_race_duration_ms"),
+    ("value-bound", ["buffer.value_bound_rate=fast"], "buffer.value_bound_rate"),
+    (
+        "value-bound-shaping",
+        ["buffer.value_bound_rate=0", "reward.shaping=env"],
+        "buffer.value_bound_rate: needs reward.shaping=collate",
+    ),
     ("epsilon", ["exploration.epsilon=oops"], "exploration.epsilon"),
     ("starts-share", ["exploration.starts.share=2"], "exploration.starts.share"),
     ("max-time", ["trainer.max_time_s=-1"], "trainer.max_time_s"),

@@ -344,3 +344,20 @@ def test_lost_penalty_reaches_the_stored_returns_through_the_config():
     # a penalty is subtracted: a negative one (a bonus for crashing) is refused, by key
     with pytest.raises(ConfigError, match="buffer.lost_penalty"):
         make_buffers(small_config(lost_penalty=-1.0), (1, 2, 2), 2)
+
+
+def test_value_bound_reaches_the_batches_through_the_config():
+    # rate 0.5, once 1: every batch carries target_max = (H - t') * 0.5 + 1 - Phi(s'), with
+    # H = 7000 ms / 50 ms = 140 actions and Phi = 0 (the rollout records no potential)
+    race = rollout(300)
+    bounded = make_buffers(small_config(value_bound_rate=0.5, value_bound_once=1), (1, 2, 2), 2)
+    bounded.add_rollout(race, gamma=1.0)
+    batch = bounded.sample(32)
+    t_next = batch["next_state_float"][:, 0].numpy()
+    np.testing.assert_allclose(batch["target_max"].numpy(), (140 - t_next) * 0.5 + 1.0)
+    plain = make_buffers(small_config(), (1, 2, 2), 2)
+    plain.add_rollout(race, gamma=1.0)
+    assert "target_max" not in plain.sample(32)
+    for bad in ({"value_bound_rate": "fast"}, {"value_bound_once": -1.0}):
+        with pytest.raises(ConfigError, match=f"buffer.{next(iter(bad))}"):
+            make_buffers(small_config(**bad), (1, 2, 2), 2)

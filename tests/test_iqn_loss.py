@@ -207,3 +207,37 @@ def test_munchausen_is_refused_with_double_dqn_or_advantage_learning():
     with pytest.raises(ConfigError) as e:
         learner_config({**cfg, "munchausen_alpha": 0.9, "double_dqn": True})
     assert e.value.key == "learner.munchausen_alpha"
+
+
+def test_value_bound_clips_the_bootstrapped_quantiles():
+    # target_max 3: Z'(a=0) = [2, 4] -> [2, 3], means [2.5, 0.5] -> a* = 0
+    # target = 0.5 + 0.5 * [2, 3] = [1.5, 2.0]
+    # i=0 (Z=1, tau 0.2): u = [0.5, 1.0] -> 0.2 * u -> mean 0.15
+    # i=1 (Z=3, tau 0.6): u = [-1.5, -1.0] -> 0.4 * |u| -> mean 0.5 -> sum 0.65
+    _, per_sample = iqn_loss(*case(), kappa=0.0, target_max=torch.tensor([3.0]))
+    assert per_sample.tolist() == pytest.approx([0.65])
+
+
+def test_value_bound_above_every_quantile_changes_nothing():
+    free, _ = iqn_loss(*case(), kappa=0.0)
+    bounded, _ = iqn_loss(*case(), kappa=0.0, target_max=torch.tensor([4.0]))
+    assert bounded.item() == free.item() == pytest.approx(0.6)
+
+
+def test_value_bound_applies_to_the_munchausen_soft_value():
+    q, taus, actions, qn, rewards, discounts = case()
+    m = Munchausen(alpha=0.9, temperature=0.03, clip=-1.0)
+    clipped = qn.detach().clamp(max=1.0)
+    want, _ = iqn_loss(q, taus, actions, clipped, rewards, discounts, kappa=0.0, munchausen=m)
+    got, _ = iqn_loss(
+        q,
+        taus,
+        actions,
+        qn,
+        rewards,
+        discounts,
+        kappa=0.0,
+        munchausen=m,
+        target_max=torch.tensor([1.0]),
+    )
+    assert got.item() == pytest.approx(want.item())

@@ -1,6 +1,7 @@
 """Mini-race re-reading and clock distribution, value by value."""
 
 import numpy as np
+import pytest
 import torch
 from scipy.stats import chisquare
 
@@ -10,6 +11,7 @@ from trackmind.replay.minirace import (
     mini_race_clock_pmf,
     mini_race_reread,
     sample_mini_race_clock,
+    value_upper_bound,
 )
 from trackmind.replay.states import StateStore
 
@@ -164,3 +166,36 @@ def test_collate_reads_states_and_applies_the_mini_race():
     assert batch["weights"].tolist() == [1.0, 1.0] and batch["indices"].tolist() == [7, 9]
     for key in ("state_float", "next_state_float", "reward", "discount", "weights"):
         assert batch[key].dtype == torch.float32, key
+
+
+def test_value_upper_bound_by_hand():
+    # B = (H - t') * rate + once - Phi(s'), H = 70: t' = 10, Phi 2 -> 60 * -0.02 + 1 - 2 = -2.2;
+    # t' = 70 (the horizon), Phi -1.5 -> 0 + 1 + 1.5 = 2.5; t' = 69, Phi 0 -> -0.02 + 1 = 0.98
+    b = value_upper_bound(
+        torch.tensor([10.0, 70.0, 69.0]), torch.tensor([2.0, -1.5, 0.0]), 70, -0.02, 1.0
+    )
+    assert b.dtype == torch.float32
+    assert b.tolist() == pytest.approx([-2.2, 2.5, 0.98])
+
+
+def test_collate_adds_the_value_bound_of_the_next_state():
+    # rate 0.5, once 0, H 10: state 1 (n=3, clock 2) -> t' = 5, Phi(s'=4) = 4: 5 * 0.5 - 4
+    store = StateStore(8, None, 2)
+    gids = np.arange(6)
+    store.append(None, np.zeros((6, 2), np.float32), gids.astype(np.float32))
+    records = {
+        "state_gid": torch.tensor([1]),
+        "action": torch.tensor([0], dtype=torch.uint8),
+        "n_steps": torch.tensor([3], dtype=torch.uint8),
+        "rewards": torch.tensor([[1.0, 2.0, 3.0]]),
+        "gammas": torch.tensor([[1.0, 1.0, 1.0]]),
+        "terminal_actions": torch.tensor([INF]),
+    }
+    kw = dict(horizon_actions=10, generator=None, indices=torch.tensor([0]))
+    batch = buffer_collate_function(
+        records, store, clock=torch.tensor([2]), value_bound=(0.5, 0.0), **kw
+    )
+    assert batch["target_max"].tolist() == pytest.approx([-1.5])
+    assert "target_max" not in buffer_collate_function(
+        records, store, clock=torch.tensor([2]), **kw
+    )

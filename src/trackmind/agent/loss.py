@@ -16,6 +16,12 @@ of the softmax policy of the taken action, alpha * clip(tau_m * log pi(a|s), cli
 bootstraps the soft value sum_b pi(b|s') (Z(s', b) - tau_m * log pi(b|s')) instead of the
 greedy action's quantiles; pi = softmax(Q / tau_m). This is an implicit KL penalty between
 consecutive policies, and it also widens the action gaps, more gently than advantage learning.
+
+A value bound (``target_max``, from replay/minirace.value_upper_bound): a mini-race's return
+from s' cannot exceed what its remaining actions can earn, so the bootstrapped quantiles are
+clipped there, min(Z(s', a), B(s')), before the target is formed. Clipping a return
+distribution to a support that holds the true one is a non-expansion: it leaves a correct
+value alone and stops an overestimate from feeding on itself through the target network.
 """
 
 from __future__ import annotations
@@ -93,6 +99,7 @@ def iqn_loss(
     q_online_next: torch.Tensor | None = None,
     advantage_learning: float = 0.0,
     munchausen: Munchausen | None = None,
+    target_max: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean weighted quantile Huber loss and the per-sample losses (B,).
 
@@ -107,6 +114,7 @@ def iqn_loss(
     detached, ready to become priorities or logs. ``munchausen`` (alpha > 0) replaces the
     target by munchausen_target, its bonus read from the online quantiles' means at s
     (detached, no extra forward); it excludes double DQN and advantage learning.
+    ``target_max`` (B,) clips every target quantile at s' (all actions) from above first.
     """
     if kappa < 0:
         raise ValueError(f"kappa must be >= 0, got {kappa}")
@@ -116,6 +124,8 @@ def iqn_loss(
     if m is not None and (q_online_next is not None or advantage_learning > 0):
         raise ValueError("munchausen targets exclude double DQN and advantage learning")
     b, n, a = q_online.shape
+    if target_max is not None:
+        q_target_next = torch.minimum(q_target_next, target_max.view(b, 1, 1))
     z = q_online.gather(2, actions.view(b, 1, 1).expand(b, n, 1)).squeeze(2)  # (B, N)
     if m is not None:
         with torch.no_grad():

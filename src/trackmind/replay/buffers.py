@@ -72,6 +72,7 @@ class ReplayBuffers:
                 beta=config.beta,
                 priority_eps=config.priority_eps,
                 state_margin=config.state_margin,
+                value_bound=config.value_bound(),
                 seed=int(s),
                 device=self.device,
             )

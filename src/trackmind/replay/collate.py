@@ -12,6 +12,8 @@ The batch (B = batch size, all on CPU):
     weights          float32 (B,) importance weights (1 without prioritized replay)
     indices          int64   (B,) positions for update_priorities
     terminal         bool    (B,) for logging
+    target_max       float32 (B,) only with a value bound: the most the next state's value can
+                     be (minirace.value_upper_bound); the learner clips its targets there
 A store without frames (float-only networks) gives no state_img / next_state_img keys.
 """
 
@@ -22,7 +24,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from trackmind.replay.minirace import mini_race_reread, sample_mini_race_clock
+from trackmind.replay.minirace import (
+    mini_race_reread,
+    sample_mini_race_clock,
+    value_upper_bound,
+)
 
 if TYPE_CHECKING:
     from trackmind.replay.states import StateStore
@@ -37,9 +43,11 @@ def buffer_collate_function(
     indices: torch.Tensor,
     weights: torch.Tensor | None = None,
     clock: torch.Tensor | None = None,
+    value_bound: tuple[float, float] | None = None,
 ) -> dict[str, torch.Tensor]:
     """The learner's batch from records (state_gid, action, n_steps, rewards, gammas,
-    terminal_actions, end_rate). Clocks are drawn from ``generator`` unless ``clock`` is given."""
+    terminal_actions, end_rate). Clocks are drawn from ``generator`` unless ``clock`` is given.
+    ``value_bound`` (rate, once) adds the ``target_max`` key."""
     state_gid = records["state_gid"]
     n_steps = records["n_steps"].to(torch.int64)
     batch = len(state_gid)
@@ -72,6 +80,10 @@ def buffer_collate_function(
         "indices": torch.as_tensor(indices, dtype=torch.int64),
         "terminal": race.terminal,
     }
+    if value_bound is not None:
+        out["target_max"] = value_upper_bound(
+            race.next_state_float[:, 0], potential[batch:], horizon_actions, *value_bound
+        )
     if states.has_frames:
         out["state_img"], out["next_state_img"] = frames[:batch], frames[batch:]
     return out

@@ -82,6 +82,11 @@ class BufferConfig:
     # paid once more on a lost race's last action (>= 0; nstep.py); a default here too, for
     # the checkpoints of runs from before the key
     lost_penalty: float = 0.0
+    # the most raw reward one action can earn (null: no bound), and what a finish can add
+    # once: the learner clips its bootstrapped values at what the rest of the mini-race can
+    # pay (minirace.value_upper_bound); defaults here too, for checkpoints from before the keys
+    value_bound_rate: float | None = None
+    value_bound_once: float = 0.0
     # where the frames are stored: the learner's GPU (device), host memory, or auto
     # (frames_device); a default here too, for the checkpoints of runs from before the key
     frames_on: str = "auto"
@@ -154,6 +159,17 @@ class BufferConfig:
             key("lost_penalty"),
             f"must be a number >= 0 (it is subtracted), got {self.lost_penalty!r}",
         )
+        rate = self.value_bound_rate
+        require(
+            rate is None or _is_number(rate),
+            key("value_bound_rate"),
+            f"must be null (no bound) or a number, got {rate!r}",
+        )
+        require(
+            _is_number(self.value_bound_once) and self.value_bound_once >= 0,
+            key("value_bound_once"),
+            f"must be a number >= 0, got {self.value_bound_once!r}",
+        )
         require(
             _is_number(self.state_margin) and 0 <= self.state_margin <= 1,
             key("state_margin"),
@@ -180,6 +196,12 @@ class BufferConfig:
             f"a horizon of {horizon} actions must exceed n_steps = {self.n_steps}",
         )
         return horizon
+
+    def value_bound(self) -> tuple[float, float] | None:
+        """(rate, once) for the collate's value bound, or None when it is off."""
+        if self.value_bound_rate is None:
+            return None
+        return float(self.value_bound_rate), float(self.value_bound_once)
 
     def capacity(self, frames: float) -> int:
         return capacity_at(self.capacity_schedule, frames)

@@ -27,6 +27,13 @@ The last term closes a race that ended before its mini-race did: a finish has en
 end_rate for each of the H - t - terminal_actions actions left, as if it stayed where it
 stopped. Without it the cut state's value would be bootstrapped, and a network that rarely
 sees such states overestimates them: the crash that ended the race then looks harmless.
+
+Value bound: with gamma = 1 the potentials telescope and vanish at the mini-race's end
+(discount 0), so the value of s' at clock t' is its raw return minus Phi(s'). When no action
+earns more than ``rate`` of raw reward (and a finish at most ``once`` more), that value is at
+most B(s') = (H - t') * rate + once - Phi(s'). The learner clips its bootstrapped quantiles
+there (agent/loss.py). With the default reward the clock costs 1.2 a second and progress pays
+0.01 a metre, so rate = 0 holds below 120 m/s along the reference line.
 """
 
 from __future__ import annotations
@@ -60,6 +67,19 @@ def mini_race_clock_pmf(horizon_actions: int = 140) -> np.ndarray:
     low, high = clock_bounds(horizon_actions)
     t = np.maximum(np.abs(np.arange(low, high)) - CLOCK_OFFSET, 0)
     return np.bincount(t, minlength=horizon_actions) / (high - low)
+
+
+def value_upper_bound(
+    next_clock: torch.Tensor,
+    next_state_potential: torch.Tensor,
+    horizon_actions: int,
+    rate: float,
+    once: float = 0.0,
+) -> torch.Tensor:
+    """(B,) float32 B(s') = (H - t') * rate + once - Phi(s'): the most the rest of a mini-race
+    can pay from s' when no action earns more than ``rate`` raw reward (module doc)."""
+    left = (horizon_actions - next_clock.to(torch.int64)).clamp_(min=0).to(torch.float32)
+    return left * float(rate) + float(once) - next_state_potential.to(torch.float32)
 
 
 class MiniRace(NamedTuple):

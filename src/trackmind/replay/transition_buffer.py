@@ -55,6 +55,7 @@ class TransitionBuffer:
         beta: float = 0.4,
         priority_eps: float = 1e-6,
         state_margin: float = 0.05,
+        value_bound: tuple[float, float] | None = None,
         seed: int = 0,
         device: str | torch.device = "cpu",
     ) -> None:
@@ -72,6 +73,7 @@ class TransitionBuffer:
         self.prioritized = bool(prioritized)
         self.alpha, self.beta, self.priority_eps = float(alpha), float(beta), float(priority_eps)
         self.state_margin = float(state_margin)
+        self.value_bound = value_bound  # (rate, once): batches carry target_max (collate.py)
         self.generator = torch.Generator().manual_seed(int(seed))
         self._build(int(capacity))
         self.device = torch.device(device)  # where the frames live (StateStore)
@@ -184,6 +186,7 @@ class TransitionBuffer:
             generator=self.generator,
             indices=info["index"],
             weights=info.get("priority_weight"),
+            value_bound=self.value_bound,
         )
 
     def update_priorities(self, indices: torch.Tensor, per_sample_loss: torch.Tensor) -> None:

@@ -125,6 +125,12 @@ def plan_run(cfg: Any) -> RunPlan:
     buffer = BufferConfig.from_dict(top.buffer)
     ms_per_action = env_config(env).action_ms
     buffer.horizon_actions(ms_per_action)
+    require(
+        buffer.value_bound_rate is None or (rew.shaping == "collate" and rew.normalizer is None),
+        "buffer.value_bound_rate",
+        "needs reward.shaping=collate and reward.normalize=false (the bound reads raw rewards "
+        "and the recorded potentials); set it to null",
+    )
     learner = learner_config(top.learner)
     pool = choose(COLLECTOR_POOLS, top.collector.get("backend"), "collector.backend")
     collector = check_schema(top.collector, load(pool.schema), "collector")

@@ -75,6 +75,7 @@ GRAPH_INPUTS = (
     "reward",
     "discount",
     "weights",
+    "target_max",  # only with a value bound (buffer.value_bound_rate)
 )
 
 
@@ -393,6 +394,11 @@ class IQNLightningModule(L.LightningModule):
         with torch.no_grad():
             taus_next = self.target_taus(b, self.n_target, device=self.device)
             z_next = target(next_img, batch["next_state_float"], taus_next)
+            target_max = batch.get("target_max")
+            self._bound_stats = {}
+            if target_max is not None:  # share of target quantiles the value bound clips
+                over = z_next > target_max.view(b, 1, 1)
+                self._bound_stats["train/bound_clipped"] = over.float().mean()
             z_online_next = None
             if self.cfg.double_dqn:
                 z_online_next = online(next_img, batch["next_state_float"], taus_next)
@@ -408,6 +414,7 @@ class IQNLightningModule(L.LightningModule):
             q_online_next=z_online_next,
             advantage_learning=float(self.cfg.advantage_learning),
             munchausen=self.munchausen,
+            target_max=target_max,
         )
         return loss, per_sample, z
 
@@ -458,7 +465,7 @@ class IQNLightningModule(L.LightningModule):
         opt.step()
         out = {"train/loss": loss.detach(), "per_sample": per_sample}
         if self._logs_this_step():
-            out |= q_stats(z)
+            out |= q_stats(z) | self._bound_stats
             out["train/grad_norm_clipped"] = self._grad_norm()
         return out
 
@@ -488,7 +495,7 @@ class IQNLightningModule(L.LightningModule):
         self._nonfinite[0].add_(1).mul_(bad)  # a finite step ends the run of bad ones
         self._nonfinite[1].add_(bad)
         out = {"train/loss": loss.detach().float(), "per_sample": per_sample.float()}
-        out |= q_stats(z)
+        out |= q_stats(z) | self._bound_stats
         out["train/grad_norm_clipped"] = grad_norm
         return out
 
