@@ -11,7 +11,7 @@ inside 8 minutes:
    and bf16, NCHW and NHWC (inference.json);
 2. bench_learner.py, iqn_linesight at batch 512 in bf16, frames on the GPU, convolutions NHWC:
    eager and captured (CUDA graph), each row with the step alone and the sampling alone timed
-   and a torch.profiler table (learner.txt);
+   and a torch.profiler table (learner.txt; with --learner-compile MODE, learner_MODE.*);
 3. bench_collectors.py, local backend, the GPU recipe's collectors with no learner, once per
    layout of --capacity (default: the inference server as the recipe runs it, fp32 with TF32
    matmuls, then its forward replayed as CUDA graphs in fp32 and in bf16): the collection
@@ -33,6 +33,7 @@ import argparse
 import csv
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -68,6 +69,11 @@ TARGETS = {
     "gpu_util": 60.0,  # % busy
     "recipe_min": 30.0,  # minutes for 5M actions at replay ratio 32
 }
+
+
+def learner_file(mode: str) -> str:
+    """The learner rows' file stem of a compile mode: learner (none), learner_<mode>."""
+    return "learner" if mode == "none" else f"learner_{mode}"
 
 
 def run_step(name: str, cmd: list[str], limit_s: float, log: Path) -> int:
@@ -211,6 +217,8 @@ def table(
         if "update_ms" in r:
             apart = f"; apart: step {r['update_ms']:.2f} ms, sampling {r['sample_ms']:.2f} ms"
         layout = ", NHWC" if r.get("channels_last") else ""
+        if r.get("compile", "none") != "none":
+            layout += f", compiled forwards ({r['compile']})"
         lines.append(
             f"| bench_learner {r['preset']}, batch {r['batch']}, {r['precision']}, CUDA graph "
             f"{graph}, frames on {r['frames']}{layout} (eager reference "
@@ -317,31 +325,33 @@ def main(argv: list[str] | None = None) -> int:
     dev = "cpu" if args.dry_run else "cuda"
     print(f"gpu-check on {device_name(args.dry_run)}; files in {out}", flush=True)
 
-    learner_json = out / "learner.json"
-    bench = [py, str(ROOT / "scripts" / "bench_learner.py"), "--devices", dev]
-    preset = "iqn_cpu" if args.dry_run else "iqn_linesight"
     inf = [py, str(ROOT / "scripts" / "bench_inference.py"), "--devices", dev]
     inf += ["--batches", "1", "4"] if args.dry_run else ["--batches", "32", "128", "416"]
     inf += ["--reps", "2" if args.dry_run else "20", "--json", str(out / "inference.json")]
     inf += ["--graph", "0", "1"]
     run_step("inference alone", inf, 60, out / "inference.txt")
 
-    bench += ["--presets", preset, "--precision", "bf16", "--cuda-graph", "0", "1"]
-    bench += ["--compile", *args.learner_compile]
-    bench += ["--prefetch", "1", "--threads", "4", "--json", str(learner_json)]
-    bench += ["--profile", "3" if args.dry_run else "20"]  # where each row's step time goes
-    if args.dry_run:
-        bench += ["--repeats", "1", "--repeat-s", "0.2", "--transitions", "1500"]
-    else:
-        bench += ["--frames", "device", "--repeats", "3", "--repeat-s", "0.5"]
-        bench += ["--transitions", "5000"]
-    limit = 40 if args.dry_run else 90 * len(args.learner_compile)  # a compile takes ~a minute
-    run_step("learner rows", bench, limit, out / "learner.txt")
+    # a subprocess (and a JSON) per compile mode: a slow compile cannot take the other rows
+    for mode in args.learner_compile:
+        name = learner_file(mode)
+        bench = [py, str(ROOT / "scripts" / "bench_learner.py"), "--devices", dev]
+        bench += ["--presets", "iqn_cpu" if args.dry_run else "iqn_linesight"]
+        bench += ["--precision", "bf16", "--cuda-graph", "0", "1", "--compile", mode]
+        bench += ["--prefetch", "1", "--threads", "4", "--json", str(out / f"{name}.json")]
+        bench += ["--profile", "3" if args.dry_run else "20"]  # where each row's step time goes
+        if args.dry_run:
+            bench += ["--repeats", "1", "--repeat-s", "0.2", "--transitions", "1500"]
+        else:
+            bench += ["--frames", "device", "--repeats", "3", "--repeat-s", "0.5"]
+            bench += ["--transitions", "5000"]
+        limit = (40 if args.dry_run else 75) + (0 if mode == "none" else 60)  # a compile: ~1 min
+        run_step(f"learner rows, compile {mode}", bench, limit, out / f"{name}.txt")
 
     recipe = ["experiment=linesight_gpu"]
     if args.dry_run:  # the recipe on this CPU: no GPU trainer, collectors or graph
         recipe += ["trainer.accelerator=cpu", "trainer.precision=32-true", "collector.device=cpu"]
         recipe += ["learner.cuda_graph=false", "collector.processes=1", "learner.batch_size=32"]
+        recipe += ["collector.cuda_graph=false", "learner.compile=none"]
         recipe += ["buffer.learning_starts=500", "network=iqn_cpu"]
     # one network per collector, one server for all, and the server in bf16
     for label in args.capacity:
@@ -390,26 +400,53 @@ def report(folder: Path) -> str:
         capacity[label] = load(path.name).get("local", {})
     figures = run_figures(read_metrics(folder / "metrics.csv"), int(gpu.get("batch", BATCH)))
     device = gpu.get("device", "n/a")
-    return table(load("learner.json"), capacity, figures, gpu, device, load("inference.json"))
+    learner: dict = {"rows": []}
+    for path in sorted(folder.glob("learner*.json")):  # learner.json, learner_<compile>.json
+        learner["rows"] += load(path.name).get("rows", [])
+    return table(learner, capacity, figures, gpu, device, load("inference.json"))
 
 
 BEGIN, END = "<!-- gpu-check table: begin -->", "<!-- gpu-check table: end -->"
 
 
 def write_into(page: Path, folder: Path, text: str) -> None:
-    """Replace the generated block of a docs page (between BEGIN and END) with `text`."""
-    page.write_text(with_table(page.read_text(), folder, text))
+    """Put `text` in the page's generated block for `folder` (see with_tables)."""
+    page.write_text(with_tables(page.read_text(), folder, text))
 
 
-def with_table(doc: str, folder: Path, text: str) -> str:
-    """A page's text with its generated block (between BEGIN and END) made of `text`."""
-    if BEGIN not in doc or END not in doc:
+NOTE = re.compile(r"<!-- generated by scripts/gpu_check\.py --report (\S+): do not edit -->")
+
+
+def with_tables(doc: str, folder: Path | None = None, text: str | None = None) -> str:
+    """A page's text with every generated block (BEGIN ... END) remade from the result folder
+    its note names, so that a page can show several checks. With `folder` and `text`, the
+    block naming `folder` (or else the first block naming none) gets `text`, and blocks naming
+    none stay empty; without, a block naming none is refused."""
+    parts = doc.split(BEGIN)
+    if len(parts) < 2 or any(END not in part for part in parts[1:]):
         raise SystemExit(f"no '{BEGIN}' ... '{END}' block to fill")
-    head, rest = doc.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    where = folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder
-    note = f"<!-- generated by scripts/gpu_check.py --report {where}: do not edit -->"
-    return f"{head}{BEGIN}\n{note}\n\n{text}\n\n{END}{tail}"
+    blocks = [part.split(END, 1) for part in parts[1:]]
+    named = [NOTE.search(block) for block, _ in blocks]
+    folders = [None if m is None else (ROOT / m.group(1)).resolve() for m in named]
+    target = None
+    if folder is not None:
+        folder = folder.resolve()
+        if folder not in folders and None not in folders:
+            raise SystemExit(f"no block for {folder}: add an empty '{BEGIN}' ... '{END}' block")
+        target = folders.index(folder) if folder in folders else folders.index(None)
+        folders[target] = folder
+    elif None in folders:
+        raise SystemExit(f"a '{BEGIN}' block names no result folder")
+    out = [parts[0]]
+    for i, ((block, tail), where) in enumerate(zip(blocks, folders, strict=True)):
+        if where is None:  # an empty block waiting for its --report DIR --docs
+            out.append(f"{BEGIN}{block}{END}{tail}")
+            continue
+        body = text if i == target else report(where)
+        shown = where.relative_to(ROOT) if where.is_relative_to(ROOT) else where
+        note = f"<!-- generated by scripts/gpu_check.py --report {shown}: do not edit -->"
+        out.append(f"{BEGIN}\n{note}\n\n{body}\n\n{END}{tail}")
+    return "".join(out)
 
 
 if __name__ == "__main__":

@@ -262,13 +262,9 @@ def benchmarks_block(page_text: str) -> str:
 
 
 def gpu_block(page_text: str) -> str:
-    """docs/gpu.md with the table of the check folder its generated block names (the folder
-    a `gpu_check.py --report DIR --docs` last wrote it from)."""
-    named = re.search(r"gpu_check\.py --report (\S+): do not edit", page_text)
-    if named is None:
-        raise SystemExit("docs/gpu.md: its gpu-check block names no result folder")
-    folder = ROOT / named.group(1)
-    return gpu_check.with_table(page_text, folder, gpu_check.report(folder))
+    """docs/gpu.md with each gpu-check table remade from the result folder its block names
+    (the folder a `gpu_check.py --report DIR --docs` last wrote it from)."""
+    return gpu_check.with_tables(page_text)
 
 
 def pages() -> dict[Path, str]:

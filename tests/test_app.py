@@ -344,9 +344,12 @@ def test_every_group_option_composes_and_plans(group):
         for opt in options:
             overrides = [f"{group}={opt}"]
             if opt in gpu_only and not torch.cuda.is_available():
-                if group == "experiment":
+                if group == "experiment":  # each GPU-only key refused in one line, at once
+                    with pytest.raises(ConfigError, match="^collector.cuda_graph: CUDA graphs"):
+                        plan_run(compose("train", overrides))
+                    overrides.append("collector.cuda_graph=false")
                     with pytest.raises(ConfigError, match="^learner.cuda_graph: needs a CUDA"):
-                        plan_run(compose("train", overrides))  # refused in one line, at once
+                        plan_run(compose("train", overrides))
                     overrides.append("learner.cuda_graph=false")
                 with pytest.raises(ConfigError, match="^trainer.accelerator: gpu asked for"):
                     plan_run(compose("train", overrides))
