@@ -174,6 +174,7 @@ def run_figures(rows: list[dict[str, str]], batch: int) -> dict[str, float | Non
         "sample_share": late_median(column(rows, "throughput/learner_sample_share")),
         "game_ms": per_collector("game_step"),
         "inference_ms": per_collector("inference"),
+        "queue_ms": per_collector("queue"),  # a full queue: the learner takes races too slowly
         "collectors": float(len([k for k in keys if k.endswith("inference_ms_per_action")])),
     }
 
@@ -258,9 +259,9 @@ def table(
         f"| real run: learner_wait_share | {fmt(run.get('wait_share'), '.3f')} | < "
         f"{t['wait_share']} | {verdict(run.get('wait_share'), t['wait_share'], above=False)} |",
         f"| real run: learner_sample_share | {fmt(run.get('sample_share'), '.3f')} | | |",
-        f"| real run: collector ms per car-action, game step / inference "
+        f"| real run: collector ms per car-action, game step / inference / queue "
         f"({fmt(run.get('collectors'))} collectors) | {fmt(run.get('game_ms'), '.3f')} / "
-        f"{fmt(run.get('inference_ms'), '.3f')} | | |",
+        f"{fmt(run.get('inference_ms'), '.3f')} / {fmt(run.get('queue_ms'), '.3f')} | | |",
         f"| real run: GPU busy (mean %, nvidia-smi) | {fmt(gpu.get('gpu_util'), '.0f')} | >= "
         f"{t['gpu_util']:.0f} | {verdict(gpu.get('gpu_util'), t['gpu_util'])} |",
         f"| real run: GPU memory (peak MiB) | {fmt(gpu.get('gpu_mem_mib'))} | | |",

@@ -62,6 +62,7 @@ TRAIN = [  # (id, argv, what the line must name)
     ("accelerator", ["trainer.accelerator=tpu"], "trainer.accelerator: must be one of"),
     ("precision", ["trainer.precision=77"], "trainer.precision: must be one of"),
     ("devices", ["trainer.devices=4"], "trainer.devices: must be 1"),
+    ("intake-thread", ["trainer.intake_thread=maybe"], "trainer.intake_thread"),
     ("devices-cpu-gpu-list", ["trainer.devices=[0]"], "trainer.devices: [0] names a GPU"),
     ("ray-fleet", ["collector=ray", "collector.processes=90"], "collector.processes: 90 workers"),
     ("resume-missing", ["resume=outputs/nowhere"], "nowhere"),

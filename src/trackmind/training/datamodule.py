@@ -7,7 +7,8 @@ transitions, and keeps the replay ratio (samples learned per new transition) by 
 data rather than over-training on what it has. Validation samples buffer_test.
 With prefetch_batches > 0 (a GPU learner), a thread samples the next batches while the
 learner's step runs (replay.prefetch); `sample_s` is then only the time the learner waited
-for a prepared batch, the part of sampling left on its critical path.
+for a prepared batch, the part of sampling left on its critical path. With `intake_thread`,
+races come in on a thread of their own (training.intake) instead of the learner's.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from trackmind.queueing import (
 )
 from trackmind.replay.buffers import ReplayBuffers
 from trackmind.replay.prefetch import BatchPrefetcher
+from trackmind.training.intake import AHEAD_BATCHES, RaceIntake, intake_allows
 from trackmind.training.race_stats import RaceStats
 
 log = logging.getLogger(__name__)
@@ -87,6 +89,7 @@ class ReplayDataModule(L.LightningDataModule):
         on_best_race: Callable[[dict], None] | None = None,
         pin_memory: bool = False,
         prefetch_batches: int = 0,
+        intake_thread: bool = False,
     ) -> None:
         super().__init__()
         self.buffers = buffers
@@ -102,6 +105,8 @@ class ReplayDataModule(L.LightningDataModule):
         self.pin_memory = bool(pin_memory)  # a GPU learner: pinned batches, async copies
         self.prefetch_batches = int(prefetch_batches)  # batches sampled ahead on a thread
         self._prefetcher: BatchPrefetcher | None = None
+        self.intake_thread = bool(intake_thread)  # races stored on a thread of their own
+        self._intake: RaceIntake | None = None
         # a learner starved of data (collectors gone) ends its stream this long after fit
         # starts; StopWhenStarved then stops the trainer (Lightning's timer checks only
         # between batches)
@@ -141,18 +146,37 @@ class ReplayDataModule(L.LightningDataModule):
 
     def _handle(self, msg: CollectorMessage) -> int:
         """One collector message; 1 if it brought a race into the buffer."""
+        return self._record(self._store(msg))
+
+    def _store(self, msg: CollectorMessage) -> tuple[CollectorMessage, dict | None, int]:
+        """The buffers' half of a message (the intake thread's, with one): a race read and
+        stored. Returns (message, race or None, transitions stored) for `_record`."""
         match msg:
             case RaceInMemory(rollout=r):
-                self._add_race(r)
-                return 1
+                pass
             case RaceFile(path=path):
                 try:
                     r = read_spool(path)
                 except (OSError, EOFError, pickle.UnpicklingError) as e:
                     log.warning("lost a race file %s: %s", path, e)
-                    return 0
-                self._add_race(r)
-                return 1
+                    return msg, None, 0
+            case _:
+                return msg, None, 0
+        self.buffers.update_capacity(self.shared.frames.value)
+        n_train, n_test = self.buffers.add_rollout(r, self.gamma(), self.potential_weights)
+        self.transitions_added += n_train + n_test
+        return msg, r, n_train + n_test
+
+    def _record(self, stored: tuple[CollectorMessage, dict | None, int]) -> int:
+        """The learner thread's half: race records, best.pt, collector reports; 1 per race."""
+        msg, r, n = stored
+        if r is not None:
+            if self.stats.add_race(r, n, self.shared.frames.value):
+                self.on_best_race(r)
+            return 1
+        match msg:
+            case RaceInMemory() | RaceFile():
+                pass  # a lost race file, already reported
             case CollectorStats(collector=c, timings=timings):
                 self.stats.collector_timings[c] = timings
             case CollectorError(collector=c, traceback=tb):
@@ -162,12 +186,22 @@ class ReplayDataModule(L.LightningDataModule):
                 log.warning("ignored an unknown collector message: %r", type(msg).__name__)
         return 0
 
-    def _add_race(self, r: dict) -> None:
-        self.buffers.update_capacity(self.shared.frames.value)
-        n_train, n_test = self.buffers.add_rollout(r, self.gamma(), self.potential_weights)
-        self.transitions_added += n_train + n_test
-        if self.stats.add_race(r, n_train + n_test, self.shared.frames.value):
-            self.on_best_race(r)
+    def _intake_open(self) -> bool:
+        """The intake's rate limiter: open until learning starts, then while the new data
+        stays AHEAD_BATCHES ahead of the samples learned at the replay ratio."""
+        if self.transitions_at_start is None:
+            return True
+        new = self.transitions_added - self.transitions_at_start
+        ahead = AHEAD_BATCHES * self.batch_size
+        return intake_allows(self.samples_served, new, self.replay_ratio, ahead)
+
+    def _wait_for_data(self) -> None:
+        """Up to 50 ms for races: drained here, or brought by the intake thread."""
+        if self._intake is None:
+            self.drain(block_s=0.05)
+        else:
+            self._intake.wait(0.05)
+            self._intake.absorb(self._record)
 
     # --- batches out --------------------------------------------------------------------
     def next_batch(self) -> dict[str, torch.Tensor] | None:
@@ -176,6 +210,8 @@ class ReplayDataModule(L.LightningDataModule):
         None when the run's deadline passes while waiting (`starved`: the stream ends).
         """
         t0 = time.perf_counter()
+        if self._intake is not None:
+            self._intake.absorb(self._record)
         while True:
             if self.buffers.ready:
                 if self.transitions_at_start is None:
@@ -191,7 +227,7 @@ class ReplayDataModule(L.LightningDataModule):
                 ):
                     break
             self.check_collectors()
-            self.drain(block_s=0.05)
+            self._wait_for_data()
             if self.deadline is not None and time.monotonic() > self.deadline:
                 self.starved = True
                 return None
@@ -203,6 +239,8 @@ class ReplayDataModule(L.LightningDataModule):
             batch = self.buffers.sample(self.batch_size)
         self.sample_s += time.perf_counter() - t1
         self.samples_served += self.batch_size
+        if self._intake is not None:
+            self._intake.made_room()
         return batch
 
     def test_batch(self) -> dict[str, torch.Tensor] | None:
@@ -243,6 +281,11 @@ class ReplayDataModule(L.LightningDataModule):
                 pin=self.pin_memory,  # pinned on the thread, off the critical path
                 device=self.sample_device,  # a GPU learner: the thread's own CUDA stream
             )
+        self.close_intake()
+        if self.intake_thread:
+            self._intake = RaceIntake(
+                lambda: self.shared.queues, self._store, self._intake_open
+            ).start()
         # pinned by the DataLoader on the learner's thread only when nothing prefetches
         pin = self.pin_memory and self._prefetcher is None
         return DataLoader(_TrainStream(self), batch_size=None, num_workers=0, pin_memory=pin)
@@ -258,7 +301,15 @@ class ReplayDataModule(L.LightningDataModule):
             self._prefetcher.close()
             self._prefetcher = None
 
+    def close_intake(self) -> None:
+        """Stop the intake thread and record what it stored meanwhile."""
+        if self._intake is not None:
+            intake, self._intake = self._intake, None
+            intake.close()
+            intake.absorb(self._record)
+
     def teardown(self, stage: str) -> None:
+        self.close_intake()
         self.close_prefetcher()
 
     def val_dataloader(self) -> DataLoader:

@@ -173,6 +173,8 @@ def build_data(
         pin_memory=trainer.accelerator in ("gpu", "cuda") and torch.cuda.is_available(),
         # the next batches sampled on a thread while the learner's step runs
         prefetch_batches=trainer.prefetch_batches,
+        # races stored on a thread of their own, while the learner's step runs
+        intake_thread=trainer.intake_thread,
     )
 
 

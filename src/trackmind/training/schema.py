@@ -101,6 +101,7 @@ class TrainerConfig:
     log_every_n_steps: int = 25
     torch_threads: int = 1
     prefetch_batches: int = 0  # batches sampled ahead on a thread (a GPU learner)
+    intake_thread: bool = False  # races into the buffers on a thread (training/intake.py)
     progress_bar: bool = True
 
     def __post_init__(self) -> None:
@@ -143,6 +144,11 @@ class TrainerConfig:
             self.prefetch_batches >= 0,
             "trainer.prefetch_batches",
             f"must be an integer >= 0, got {self.prefetch_batches!r}",
+        )
+        require(
+            isinstance(self.intake_thread, bool),
+            "trainer.intake_thread",
+            f"must be true or false, got {self.intake_thread!r}",
         )
 
 

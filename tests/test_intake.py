@@ -1,0 +1,140 @@
+"""RaceIntake: races stored on a thread of their own, recorded on the learner's, and a rate
+limiter that keeps the replay ratio (training/intake.py, ReplayDataModule(intake_thread))."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from trackmind.collectors.shared_handles import make_shared
+from trackmind.queueing import CollectorStats, RaceInMemory
+from trackmind.replay.buffers import make_buffers
+from trackmind.training.datamodule import ReplayDataModule
+from trackmind.training.intake import AHEAD_BATCHES, RaceIntake, intake_allows
+
+
+def _until(cond, timeout_s: float = 5.0) -> bool:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(0.01)
+    return cond()
+
+
+def test_intake_allows_new_data_up_to_the_learner_s_credit():
+    # ratio 32, 4096 samples ahead: 128 new transitions are 4096 samples, allowed; 129 not
+    assert intake_allows(0, 128, 32.0, 4096)
+    assert not intake_allows(0, 129, 32.0, 4096)
+    # the learner used 3200 samples (100 transitions' worth): 228 allowed, 229 not
+    assert intake_allows(3200, 228, 32.0, 4096)
+    assert not intake_allows(3200, 229, 32.0, 4096)
+
+
+def test_messages_come_round_robin_and_are_handled_on_the_calling_thread():
+    a, b = queue.Queue(), queue.Queue()
+    for m in ("a1", "a2", "a3"):
+        a.put(m)
+    b.put("b1")
+    took_on: set[str] = set()
+
+    def take(msg):
+        took_on.add(threading.current_thread().name)
+        return msg.upper()
+
+    intake = RaceIntake(lambda: [a, None, b], take, lambda: True).start()
+    assert _until(lambda: a.empty() and b.empty())
+    handled: list[str] = []
+    assert _until(lambda: intake.absorb(handled.append) + len(handled) >= 4)
+    intake.close()
+    assert handled == ["A1", "B1", "A2", "A3"]  # one message per queue a round
+    assert took_on == {"race-intake"}
+
+
+def test_a_closed_limiter_leaves_races_in_their_queue_until_the_learner_makes_room():
+    q: queue.Queue = queue.Queue()
+    q.put("race")
+    is_open = threading.Event()
+    intake = RaceIntake(lambda: [q], lambda m: m, is_open.is_set).start()
+    time.sleep(0.2)
+    assert intake.absorb(lambda x: None) == 0 and q.qsize() == 1  # held back
+    is_open.set()
+    intake.made_room()
+    got: list[str] = []
+    assert _until(lambda: intake.absorb(got.append) + len(got) >= 1)
+    assert got == ["race"]
+    intake.close()
+
+
+def test_a_failed_intake_is_raised_on_the_learner_s_thread():
+    q: queue.Queue = queue.Queue()
+    q.put("bad race")
+
+    def take(msg):
+        raise ValueError("cannot read " + msg)
+
+    intake = RaceIntake(lambda: [q], take, lambda: True).start()
+    assert _until(lambda: intake.error is not None)
+    with pytest.raises(RuntimeError, match="race intake thread failed.*cannot read bad race"):
+        intake.absorb(lambda x: None)
+    intake.close()
+
+
+def _race(rng: np.random.Generator, t: int) -> dict:
+    return {
+        "map": "m",
+        "frames": (),
+        "state_float": rng.standard_normal((t + 1, 3), dtype=np.float32),
+        "actions": rng.integers(0, 4, t),
+        "action_was_greedy": np.ones(t, bool),
+        "rewards": rng.standard_normal(t),
+        "potentials": {},
+        "finished": True,
+        "race_time": 1000.0,
+    }
+
+
+def test_the_datamodule_stores_races_on_the_thread_and_keeps_the_replay_ratio():
+    """With intake_thread, races reach the buffers while the learner samples; records and
+    collector reports are kept on the learner's thread; once learning has started, the
+    intake stops AHEAD_BATCHES ahead of the replay ratio, leaving races in the queue."""
+    rng = np.random.default_rng(0)
+    shared = make_shared(torch.nn.Linear(2, 2))
+    q: queue.Queue = queue.Queue()
+    shared.queues = [q]
+    batch, ratio, t = 16, 2.0, 100
+    q.put(CollectorStats(0, {"inference_ms_per_action": 0.5}))
+    for _ in range(60):
+        q.put(RaceInMemory(_race(rng, t)))
+    buffers = make_buffers({"learning_starts": 50}, None, 3)
+    dm = ReplayDataModule(buffers, shared, batch, ratio, lambda: 1.0, intake_thread=True)
+    dm.transitions_at_start = 0  # as if learning had started with an empty buffer
+    dm.train_dataloader()
+    ahead = AHEAD_BATCHES * batch  # 1024 samples: 512 transitions at ratio 2
+
+    def settled() -> bool:
+        before = dm.transitions_added
+        time.sleep(0.1)
+        return dm.transitions_added == before > 0
+
+    assert _until(settled)
+    stored = dm.transitions_added
+    assert ratio * (stored - t) <= ahead < ratio * stored  # stopped after one race too many
+    assert q.qsize() > 50  # the rest wait in the queue, as a collector's would
+    assert dm.stats.races == 0 and not dm.stats.collector_timings  # none off its thread
+    for _ in range(80):  # 1280 samples learned: room for 640 more transitions
+        assert dm.next_batch()["action"].shape == (batch,)
+    assert _until(lambda: dm.transitions_added > stored)
+    dm.teardown("fit")
+    assert dm._intake is None
+    assert not any(th.name == "race-intake" for th in threading.enumerate())
+    new = dm.transitions_added
+    # within the limiter's credit, yet always ahead of the learner (it never had to wait)
+    assert dm.samples_served < ratio * new and ratio * (new - t) <= dm.samples_served + ahead
+    assert dm.stats.races == new // t == 60 - q.qsize()  # every stored race recorded
+    assert dm.stats.collector_timings[0] == {"inference_ms_per_action": 0.5}
