@@ -209,9 +209,9 @@ class ReplayDataModule(L.LightningDataModule):
 
         None when the run's deadline passes while waiting (`starved`: the stream ends).
         """
-        t0 = time.perf_counter()
-        if self._intake is not None:
+        if self._intake is not None:  # records of the races stored since (not waiting)
             self._intake.absorb(self._record)
+        t0 = time.perf_counter()
         while True:
             if self.buffers.ready:
                 if self.transitions_at_start is None:
