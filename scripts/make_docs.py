@@ -214,6 +214,7 @@ def pairs_table(data: dict, saved: dict[str, list[dict]]) -> str:
         a = row_of(arm)
         by_map.setdefault(a["map"], []).append((a, row_of(control)))
     out = []
+    by_rows = [a for pairs in by_map.values() for a, _ in pairs]
     for name, pairs in by_map.items():
         for a, c in pairs:
             out.append([name, str(seed_of(a["overrides"])), *cells(a), *cells(c)])
@@ -222,7 +223,8 @@ def pairs_table(data: dict, saved: dict[str, list[dict]]) -> str:
             ctrl = medians(controls) if all(controls) else ["-"] * (5 if drift else 4)
             out.append([name, "median", *medians([a for a, _ in pairs]), *ctrl])
     shown = ["first finish", "median ratio", *(["value drift"] if drift else []), "run"]
-    columns = ["map", "seed", "finished, last 10 min", *shown]
+    late_min = bench_learning.window_s(min(r["minutes"] for r in by_rows)) / 60.0
+    columns = ["map", "seed", f"finished, last {late_min:.3g} min", *shown]
     columns += [f"{data.get('control', 'control')}: finished", *shown]
     return markdown_table(columns, out)
 
