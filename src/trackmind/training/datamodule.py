@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import pickle
-import queue as queue_mod
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -34,7 +33,13 @@ from trackmind.queueing import (
 )
 from trackmind.replay.buffers import ReplayBuffers
 from trackmind.replay.prefetch import BatchPrefetcher
-from trackmind.training.intake import AHEAD_BATCHES, RaceIntake, intake_allows
+from trackmind.training.intake import (
+    AHEAD_BATCHES,
+    NOTHING,
+    RaceIntake,
+    intake_allows,
+    next_message,
+)
 from trackmind.training.race_stats import RaceStats
 
 log = logging.getLogger(__name__)
@@ -131,13 +136,7 @@ class ReplayDataModule(L.LightningDataModule):
         while True:
             got = 0
             for q in list(self.shared.queues):
-                while q is not None:
-                    try:
-                        msg = q.get_nowait()
-                    except queue_mod.Empty:
-                        break
-                    except (EOFError, OSError):  # a dead collector's queue; the pool renews it
-                        break
+                while (msg := next_message(q)) is not NOTHING:
                     got += 1
                     races += self._handle(msg)
             if got or time.perf_counter() >= deadline:

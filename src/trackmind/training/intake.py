@@ -23,6 +23,20 @@ from typing import Any
 AHEAD_BATCHES = 64  # the learner's credit the intake keeps ready: ~0.2 s at 300 batches/s
 
 
+NOTHING = object()  # what next_message returns for a queue with no message to give
+
+
+def next_message(q: Any) -> Any:
+    """A collector queue's next message, or NOTHING: empty, or a dead collector's queue
+    (the pool renews it)."""
+    if q is None:
+        return NOTHING
+    try:
+        return q.get_nowait()
+    except (queue_mod.Empty, EOFError, OSError):
+        return NOTHING
+
+
 def intake_allows(
     samples_learned: int, new_transitions: int, ratio: float, ahead_samples: int
 ) -> bool:
@@ -100,13 +114,8 @@ class RaceIntake:
         """One message from each queue that has one (fair to every collector)."""
         got = 0
         for q in list(self.queues()):
-            if q is None:
-                continue
-            try:
-                msg = q.get_nowait()
-            except queue_mod.Empty:
-                continue
-            except (EOFError, OSError):  # a dead collector's queue; the pool renews it
+            msg = next_message(q)
+            if msg is NOTHING:
                 continue
             self.done.put(self.take(msg))
             self._arrived.set()
