@@ -219,7 +219,7 @@ class Ours:
             self.captured(batch)
             return
         with self.stepper.autocast():
-            loss, _, _ = self.module.compute_loss(batch)
+            loss = self.module.compute_loss(batch).loss
         self.stepper.update(loss)
 
 

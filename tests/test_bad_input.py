@@ -63,6 +63,11 @@ TRAIN = [  # (id, argv, what the line must name)
     ("precision", ["trainer.precision=77"], "trainer.precision: must be one of"),
     ("devices", ["trainer.devices=4"], "trainer.devices: must be 1"),
     ("intake-thread", ["trainer.intake_thread=maybe"], "trainer.intake_thread"),
+    (
+        "intake-ahead",
+        ["trainer.intake_ahead_batches=0"],
+        "trainer.intake_ahead_batches: must be an integer >= 1",
+    ),
     ("devices-cpu-gpu-list", ["trainer.devices=[0]"], "trainer.devices: [0] names a GPU"),
     ("ray-fleet", ["collector=ray", "collector.processes=90"], "collector.processes: 90 workers"),
     ("resume-missing", ["resume=outputs/nowhere"], "nowhere"),

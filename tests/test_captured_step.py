@@ -47,7 +47,7 @@ def _batch(b: int = 16, seed: int = 1) -> dict[str, torch.Tensor]:
 
 def _plain_step(module: IQNLightningModule, opt, batch: dict) -> torch.Tensor:
     """The eager learner's update written out: loss, backward, clip, step."""
-    loss, _, _ = module.compute_loss(batch)
+    loss = module.compute_loss(batch).loss
     opt.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(module.online_network.parameters(), module.cfg.grad_clip_norm)
@@ -77,6 +77,38 @@ def test_device_update_takes_the_eager_step():
     assert all(isinstance(v, torch.Tensor) for v in out.values())  # nothing read back yet
     assert graphed._nonfinite.tolist() == [0, 0]
     assert not step.captured  # a CPU never captures
+
+
+def test_the_value_bounds_share_reaches_the_steps_figures():
+    # train/bound_clipped is the share of the target's quantiles at s' above target_max: all
+    # of them under a bound far below any value, none under one far above, and no figure at
+    # all for a batch without a bound
+    module = _module(cuda_graph=True)
+    module._raw_optimizer = module.configure_optimizers()
+    for bound, share in ((-1.0e9, 1.0), (1.0e9, 0.0)):
+        batch = _batch() | {"target_max": torch.full((16,), bound)}
+        assert float(module.device_update(batch)["train/bound_clipped"]) == share
+    assert "train/bound_clipped" not in module.device_update(_batch())
+    # a bound between the values: the figure is the share of the target network's own
+    # output above it, counted here value by value from what its forward returned
+    seen = []
+    forward = module.target_network.forward
+
+    def spy(img, floats, taus):
+        seen.append(forward(img, floats, taus))
+        return seen[-1]
+
+    module.target_network.forward = spy
+    torch.manual_seed(5)
+    module.compute_loss(_batch())
+    bound = float(seen[0].median())  # between the target's values: some above, some not
+    torch.manual_seed(5)
+    parts = module.compute_loss(_batch() | {"target_max": torch.full((16,), bound)})
+    z_next = seen[1]
+    assert torch.equal(z_next, seen[0])  # the same taus: the same quantiles
+    want = sum(float(v > bound) for v in z_next.flatten()) / z_next.numel()
+    assert 0 < want < 1
+    assert float(parts.stats["train/bound_clipped"]) == pytest.approx(want)
 
 
 def test_a_non_finite_loss_is_a_zero_gradient_step_counted_on_the_device():

@@ -15,7 +15,7 @@ from trackmind.collectors.shared_handles import make_shared
 from trackmind.queueing import CollectorStats, RaceInMemory
 from trackmind.replay.buffers import make_buffers
 from trackmind.training.datamodule import ReplayDataModule
-from trackmind.training.intake import AHEAD_BATCHES, RaceIntake, intake_allows
+from trackmind.training.intake import RaceIntake, intake_allows, wait_for_any
 
 
 def _until(cond, timeout_s: float = 5.0) -> bool:
@@ -102,7 +102,7 @@ def _race(rng: np.random.Generator, t: int) -> dict:
 def test_the_datamodule_stores_races_on_the_thread_and_keeps_the_replay_ratio():
     """With intake_thread, races reach the buffers while the learner samples; records and
     collector reports are kept on the learner's thread; once learning has started, the
-    intake stops AHEAD_BATCHES ahead of the replay ratio, leaving races in the queue."""
+    intake stops intake_ahead_batches ahead of the replay ratio, leaving races in the queue."""
     rng = np.random.default_rng(0)
     shared = make_shared(torch.nn.Linear(2, 2))
     q: queue.Queue = queue.Queue()
@@ -112,10 +112,12 @@ def test_the_datamodule_stores_races_on_the_thread_and_keeps_the_replay_ratio():
     for _ in range(60):
         q.put(RaceInMemory(_race(rng, t)))
     buffers = make_buffers({"learning_starts": 50}, None, 3)
-    dm = ReplayDataModule(buffers, shared, batch, ratio, lambda: 1.0, intake_thread=True)
+    dm = ReplayDataModule(
+        buffers, shared, batch, ratio, lambda: 1.0, intake_thread=True, intake_ahead_batches=64
+    )
     dm.transitions_at_start = 0  # as if learning had started with an empty buffer
     dm.train_dataloader()
-    ahead = AHEAD_BATCHES * batch  # 1024 samples: 512 transitions at ratio 2
+    ahead = 64 * batch  # 1024 samples: 512 transitions at ratio 2
 
     def settled() -> bool:
         before = dm.transitions_added
@@ -138,3 +140,44 @@ def test_the_datamodule_stores_races_on_the_thread_and_keeps_the_replay_ratio():
     assert dm.samples_served < ratio * new and ratio * (new - t) <= dm.samples_served + ahead
     assert dm.stats.races == new // t == 60 - q.qsize()  # every stored race recorded
     assert dm.stats.collector_timings[0] == {"inference_ms_per_action": 0.5}
+
+
+def test_an_idle_intake_sleeps_on_a_process_queue_s_pipe_until_a_message_comes():
+    import multiprocessing
+
+    q = multiprocessing.get_context("spawn").Queue()
+    start = time.monotonic()
+    wait_for_any([q, None], 0.3)  # nothing comes: the whole timeout, not a 2-ms poll
+    assert time.monotonic() - start >= 0.25
+    threading.Timer(0.1, q.put, ("race",)).start()
+    start = time.monotonic()
+    wait_for_any([None, q], 5.0)  # woken by the message, long before the timeout
+    assert 0.05 <= time.monotonic() - start < 2.0
+    assert q.get(timeout=1.0) == "race"
+    q.close()
+    q.join_thread()
+
+
+def test_thread_queues_are_polled_and_no_queue_at_all_is_a_plain_wait():
+    start = time.monotonic()
+    wait_for_any([queue.Queue()], 1.0)  # nothing to wait on: one poll step
+    assert time.monotonic() - start < 0.5
+    start = time.monotonic()
+    wait_for_any([None], 0.2)
+    assert time.monotonic() - start >= 0.15
+
+
+def test_an_empty_round_waits_with_the_idle_wait_and_never_spins():
+    waits: list[int] = []
+
+    def idle_wait(queues, timeout_s):
+        waits.append(len(queues))
+
+    intake = RaceIntake(lambda: [queue.Queue(), None], lambda m: m, lambda: True, idle_wait)
+    intake.start()
+    time.sleep(0.3)
+    intake.close()
+    # an idle_wait that returns at once would spin without the intake's own POLL_S pause:
+    # at most one wait per 2 ms, each handed the queue list
+    assert 10 <= len(waits) <= 0.3 / 0.002 + 5
+    assert set(waits) == {2}

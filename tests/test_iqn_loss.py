@@ -18,6 +18,7 @@ from trackmind.agent.loss import (
     Munchausen,
     NonFiniteGuard,
     action_gap,
+    bound_clipped_share,
     iqn_loss,
     munchausen_target,
     quantile_huber,
@@ -216,6 +217,17 @@ def test_value_bound_clips_the_bootstrapped_quantiles():
     # i=1 (Z=3, tau 0.6): u = [-1.5, -1.0] -> 0.4 * |u| -> mean 0.5 -> sum 0.65
     _, per_sample = iqn_loss(*case(), kappa=0.0, target_max=torch.tensor([3.0]))
     assert per_sample.tolist() == pytest.approx([0.65])
+
+
+def test_bound_clipped_share_counts_every_actions_quantiles_above_the_bound():
+    # q_target_next [[2, 0], [4, 1]]: above 3 only the 4 (1 of 4); above 1.5: 2 and 4 (2 of 4)
+    _, _, _, qn, _, _ = case()
+    assert bound_clipped_share(qn, torch.tensor([3.0])).item() == pytest.approx(0.25)
+    assert bound_clipped_share(qn, torch.tensor([1.5])).item() == pytest.approx(0.5)
+    assert bound_clipped_share(qn, torch.tensor([4.0])).item() == 0.0  # equal is not above
+    # per-sample bounds: sample 0 at 3 (1 of 4), sample 1 at -1 (4 of 4) -> 5 of 8
+    two = torch.cat([qn, qn]).detach()
+    assert bound_clipped_share(two, torch.tensor([3.0, -1.0])).item() == pytest.approx(0.625)
 
 
 def test_value_bound_above_every_quantile_changes_nothing():

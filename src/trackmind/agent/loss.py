@@ -47,6 +47,13 @@ def action_gap(q_mean: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
     return q_mean.max(dim=1).values - taken
 
 
+def bound_clipped_share(q_target_next: torch.Tensor, target_max: torch.Tensor) -> torch.Tensor:
+    """Share of the target quantiles at s' (B, N', A), every action's, that the value bound
+    ``target_max`` (B,) clips: how hard the bound weighs on the bootstrapped values."""
+    b = q_target_next.shape[0]
+    return (q_target_next > target_max.view(b, 1, 1)).float().mean()
+
+
 @dataclass(frozen=True)
 class Munchausen:
     """Munchausen settings: alpha (0: off), the softmax temperature tau_m and the lower clip

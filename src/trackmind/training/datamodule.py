@@ -34,7 +34,6 @@ from trackmind.queueing import (
 from trackmind.replay.buffers import ReplayBuffers
 from trackmind.replay.prefetch import BatchPrefetcher
 from trackmind.training.intake import (
-    AHEAD_BATCHES,
     NOTHING,
     RaceIntake,
     intake_allows,
@@ -95,6 +94,7 @@ class ReplayDataModule(L.LightningDataModule):
         pin_memory: bool = False,
         prefetch_batches: int = 0,
         intake_thread: bool = False,
+        intake_ahead_batches: int = 64,
     ) -> None:
         super().__init__()
         self.buffers = buffers
@@ -111,6 +111,7 @@ class ReplayDataModule(L.LightningDataModule):
         self.prefetch_batches = int(prefetch_batches)  # batches sampled ahead on a thread
         self._prefetcher: BatchPrefetcher | None = None
         self.intake_thread = bool(intake_thread)  # races stored on a thread of their own
+        self.intake_ahead_batches = int(intake_ahead_batches)  # the limiter's credit
         self._intake: RaceIntake | None = None
         # a learner starved of data (collectors gone) ends its stream this long after fit
         # starts; StopWhenStarved then stops the trainer (Lightning's timer checks only
@@ -187,11 +188,11 @@ class ReplayDataModule(L.LightningDataModule):
 
     def _intake_open(self) -> bool:
         """The intake's rate limiter: open until learning starts, then while the new data
-        stays AHEAD_BATCHES ahead of the samples learned at the replay ratio."""
+        stays intake_ahead_batches ahead of the samples learned at the replay ratio."""
         if self.transitions_at_start is None:
             return True
         new = self.transitions_added - self.transitions_at_start
-        ahead = AHEAD_BATCHES * self.batch_size
+        ahead = self.intake_ahead_batches * self.batch_size
         return intake_allows(self.samples_served, new, self.replay_ratio, ahead)
 
     def _wait_for_data(self) -> None:

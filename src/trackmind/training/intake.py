@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import queue as queue_mod
 import threading
+import time
 from collections.abc import Callable, Iterable
+from multiprocessing import connection
 from typing import Any
 
-AHEAD_BATCHES = 64  # the learner's credit the intake keeps ready: ~0.2 s at 300 batches/s
-
+IDLE_WAIT_S = 0.05  # longest wait on empty queues before the queue list is read again
+POLL_S = 0.002  # the wait's step for queues with nothing to wait on (a Ray fleet's)
 
 NOTHING = object()  # what next_message returns for a queue with no message to give
 
@@ -35,6 +37,28 @@ def next_message(q: Any) -> Any:
         return q.get_nowait()
     except (queue_mod.Empty, EOFError, OSError):
         return NOTHING
+
+
+def wait_for_any(queues: Iterable[Any], timeout_s: float) -> None:
+    """Return once one of the queues may hold a message, or after `timeout_s`. A
+    multiprocessing queue is waited on through its pipe, so an idle intake sleeps instead
+    of polling; any other queue (a thread queue) is polled every POLL_S."""
+    readers = []
+    for q in queues:
+        if q is None:  # a dead collector's slot, until the pool renews it
+            continue
+        reader = getattr(q, "_reader", None)  # multiprocessing.Queue's end of its pipe
+        if reader is None:
+            time.sleep(min(timeout_s, POLL_S))
+            return
+        readers.append(reader)
+    if not readers:
+        time.sleep(timeout_s)
+        return
+    try:
+        connection.wait(readers, timeout_s)
+    except (OSError, ValueError):  # a queue closed under us: the pool renews it
+        pass
 
 
 def intake_allows(
@@ -55,8 +79,10 @@ class RaceIntake:
         queues: Callable[[], Iterable[Any]],
         take: Callable[[Any], Any],
         is_open: Callable[[], bool],
+        idle_wait: Callable[[Iterable[Any], float], None] = wait_for_any,
     ) -> None:
         self.queues, self.take, self.is_open = queues, take, is_open
+        self.idle_wait = idle_wait
         self.done: queue_mod.SimpleQueue = queue_mod.SimpleQueue()
         self.error: BaseException | None = None
         self._stop = threading.Event()
@@ -98,14 +124,20 @@ class RaceIntake:
         self._thread.join(timeout=10.0)
 
     def _run(self) -> None:
+        idle = False  # the last round took nothing
         try:
             while not self._stop.is_set():
                 if not self.is_open():
                     self._room.wait(0.05)
                     self._room.clear()
                     continue
-                if not self._take_round():
-                    self._stop.wait(0.002)
+                if self._take_round():
+                    idle = False
+                elif not self._stop.is_set():
+                    if idle:  # the last wait woke for nothing: never spin on a wake-up
+                        time.sleep(POLL_S)
+                    idle = True
+                    self.idle_wait(list(self.queues()), IDLE_WAIT_S)
         except BaseException as e:  # reported to the learner's thread by absorb
             self.error = e
             self._arrived.set()

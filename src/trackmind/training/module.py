@@ -16,13 +16,13 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import lightning as L
 import torch
 from omegaconf import MISSING
 
-from trackmind.agent.loss import Munchausen, NonFiniteGuard, iqn_loss
+from trackmind.agent.loss import Munchausen, NonFiniteGuard, bound_clipped_share, iqn_loss
 from trackmind.agent.network import (
     TAU_DRAWS,
     IQNNetwork,
@@ -52,6 +52,16 @@ def soft_update(target: torch.nn.Module, online: torch.nn.Module, tau: float) ->
 def power_iteration_vectors(net: torch.nn.Module) -> list[torch.Tensor]:
     """The ``u`` buffers of a network's SpectralLinear layers, in module order."""
     return [m.u for m in net.modules() if isinstance(m, SpectralLinear)]
+
+
+class LossParts(NamedTuple):
+    """What compute_loss gives: the loss, per-sample losses (priorities, logs), the online
+    quantiles (B, N, A), and the loss's own figures (e.g. train/bound_clipped)."""
+
+    loss: torch.Tensor
+    per_sample: torch.Tensor
+    z: torch.Tensor
+    stats: dict[str, torch.Tensor]
 
 
 def q_stats(z: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -383,8 +393,9 @@ class IQNLightningModule(L.LightningModule):
             self._forwards_of = id(self.online_network)
         return self._fwd
 
-    def compute_loss(self, batch: Mapping[str, torch.Tensor]):
-        """Loss, per-sample losses and the online quantiles for one collated batch."""
+    def compute_loss(self, batch: Mapping[str, torch.Tensor]) -> LossParts:
+        """Loss, per-sample losses, the online quantiles and the loss's own figures for one
+        collated batch."""
         state_img = batch.get("state_img")
         next_img = batch.get("next_state_img")
         b = batch["action"].shape[0]
@@ -395,10 +406,9 @@ class IQNLightningModule(L.LightningModule):
             taus_next = self.target_taus(b, self.n_target, device=self.device)
             z_next = target(next_img, batch["next_state_float"], taus_next)
             target_max = batch.get("target_max")
-            self._bound_stats = {}
-            if target_max is not None:  # share of target quantiles the value bound clips
-                over = z_next > target_max.view(b, 1, 1)
-                self._bound_stats["train/bound_clipped"] = over.float().mean()
+            stats = {}
+            if target_max is not None:
+                stats["train/bound_clipped"] = bound_clipped_share(z_next, target_max)
             z_online_next = None
             if self.cfg.double_dqn:
                 z_online_next = online(next_img, batch["next_state_float"], taus_next)
@@ -416,7 +426,7 @@ class IQNLightningModule(L.LightningModule):
             munchausen=self.munchausen,
             target_max=target_max,
         )
-        return loss, per_sample, z
+        return LossParts(loss, per_sample, z, stats)
 
     def training_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int):
         opt = self.optimizers()
@@ -453,7 +463,7 @@ class IQNLightningModule(L.LightningModule):
     def _eager_update(self, batch: Mapping[str, torch.Tensor], opt) -> dict | None:
         """One step through Lightning (its precision plugin scales fp16 losses); None when
         the loss is not finite (the step is skipped, NonFiniteGuard counts it)."""
-        loss, per_sample, z = self.compute_loss(batch)
+        loss, per_sample, z, stats = self.compute_loss(batch)
         if not self.guard.check(loss):
             return None
         opt.zero_grad(set_to_none=True)
@@ -465,7 +475,7 @@ class IQNLightningModule(L.LightningModule):
         opt.step()
         out = {"train/loss": loss.detach(), "per_sample": per_sample}
         if self._logs_this_step():
-            out |= q_stats(z) | self._bound_stats
+            out |= q_stats(z) | stats
             out["train/grad_norm_clipped"] = self._grad_norm()
         return out
 
@@ -482,7 +492,7 @@ class IQNLightningModule(L.LightningModule):
         params = [p for g in opt.param_groups for p in g["params"]]
         if self._nonfinite is None:
             self._nonfinite = torch.zeros(2, dtype=torch.int64, device=params[0].device)
-        loss, per_sample, z = self.compute_loss(batch)
+        loss, per_sample, z, stats = self.compute_loss(batch)
         bad = ~torch.isfinite(loss)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -495,7 +505,7 @@ class IQNLightningModule(L.LightningModule):
         self._nonfinite[0].add_(1).mul_(bad)  # a finite step ends the run of bad ones
         self._nonfinite[1].add_(bad)
         out = {"train/loss": loss.detach().float(), "per_sample": per_sample.float()}
-        out |= q_stats(z) | self._bound_stats
+        out |= q_stats(z) | stats
         out["train/grad_norm_clipped"] = grad_norm
         return out
 
@@ -606,6 +616,6 @@ class IQNLightningModule(L.LightningModule):
         self.reset_slot = int(c.get("reset_slot", 0))
 
     def validation_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int):
-        loss, _, _ = self.compute_loss(batch)
+        loss = self.compute_loss(batch).loss
         self.log("val/loss", float(loss), on_epoch=True, batch_size=int(batch["action"].shape[0]))
         return loss

@@ -175,6 +175,7 @@ def build_data(
         prefetch_batches=trainer.prefetch_batches,
         # races stored on a thread of their own, while the learner's step runs
         intake_thread=trainer.intake_thread,
+        intake_ahead_batches=trainer.intake_ahead_batches,
     )
 
 

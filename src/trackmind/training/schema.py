@@ -102,6 +102,7 @@ class TrainerConfig:
     torch_threads: int = 1
     prefetch_batches: int = 0  # batches sampled ahead on a thread (a GPU learner)
     intake_thread: bool = False  # races into the buffers on a thread (training/intake.py)
+    intake_ahead_batches: int = 64  # ... at most this many batches' data ahead of the learner
     progress_bar: bool = True
 
     def __post_init__(self) -> None:
@@ -149,6 +150,11 @@ class TrainerConfig:
             isinstance(self.intake_thread, bool),
             "trainer.intake_thread",
             f"must be true or false, got {self.intake_thread!r}",
+        )
+        require(
+            self.intake_ahead_batches >= 1,
+            "trainer.intake_ahead_batches",
+            f"must be an integer >= 1, got {self.intake_ahead_batches!r}",
         )
 
 
