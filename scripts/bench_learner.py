@@ -21,9 +21,10 @@ slot. With CUDA, GPU rows are added (frames travel as uint8, scaled on the devic
 
 `--precision` and `--compile` add a row per combination: autocast to bf16 or fp16 (loss
 scaling for fp16 on a GPU) and `learner.compile`, torch.compile of our forward passes (mode
-`default`, `reduce-overhead` for CUDA graphs, `max-autotune`), on the CPU as well where
-torch allows. The reference stays eager, in the same precision: the ratio then shows what
-compilation buys over the bare eager computation. The table names the device.
+`default`, `reduce-overhead` for CUDA graphs, `max-autotune`; `MODE+loss` compiles the loss
+too, learner.compile_loss), on the CPU as well where torch allows. The reference stays
+eager, in the same precision: the ratio then shows what compilation buys over the bare
+eager computation. The table names the device.
 
 `--prefetch 0 1` adds a row per depth: with depth >= 1 our step takes its batch from a
 BatchPrefetcher (trainer.prefetch_batches), which samples the next batches on a thread while
@@ -143,6 +144,14 @@ def plain_quantile_huber_loss(z, taus, actions, z_next, rewards, discounts, kapp
 
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+# MODE+loss: the loss compiled too (learner.compile_loss)
+COMPILE_CHOICES = COMPILE_MODES + tuple(f"{m}+loss" for m in COMPILE_MODES[1:])
+
+
+def compile_keys(choice: str) -> dict:
+    """learner.compile and learner.compile_loss of a --compile choice (MODE or MODE+loss)."""
+    mode, _, loss = choice.partition("+")
+    return {"compile": mode, "compile_loss": loss == "loss"}
 
 
 class Stepper:
@@ -335,7 +344,7 @@ def bench_preset(name: str, devices: list[str], args, learner: dict) -> list[dic
         rb = buffer_on(device.type if frames == "device" else "cpu")
         net = build_network(nc, FLOAT_DIM, frame).to(device)
         # learner.compile and learner.cuda_graph, as a training run sets them
-        compiled = {**learner, "compile": mode, "cuda_graph": graph}
+        compiled = {**learner, **compile_keys(mode), "cuda_graph": graph}
         module = IQNLightningModule(net, compiled, nc.n_quantiles_train, nc.n_quantiles_target)
         module.to(device)
         stepper = Stepper(module.configure_optimizers(), learner, device, precision)
@@ -606,9 +615,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--compile",
         nargs="+",
-        choices=COMPILE_MODES,
+        choices=COMPILE_CHOICES,
         default=["none"],
-        help="torch.compile modes of our networks, a row each (none: eager)",
+        help="torch.compile modes of our networks, a row each (none: eager; MODE+loss: the "
+        "loss compiled too)",
     )
     ap.add_argument(
         "--prefetch",

@@ -72,8 +72,9 @@ TARGETS = {
 
 
 def learner_file(mode: str) -> str:
-    """The learner rows' file stem of a compile mode: learner (none), learner_<mode>."""
-    return "learner" if mode == "none" else f"learner_{mode}"
+    """The learner rows' file stem of a compile mode: learner (none), learner_<mode>
+    (default+loss: learner_default_loss)."""
+    return "learner" if mode == "none" else f"learner_{mode.replace('+', '_')}"
 
 
 def run_step(name: str, cmd: list[str], limit_s: float, log: Path) -> int:
@@ -218,8 +219,10 @@ def table(
         if "update_ms" in r:
             apart = f"; apart: step {r['update_ms']:.2f} ms, sampling {r['sample_ms']:.2f} ms"
         layout = ", NHWC" if r.get("channels_last") else ""
-        if r.get("compile", "none") != "none":
-            layout += f", compiled forwards ({r['compile']})"
+        mode, _, loss = r.get("compile", "none").partition("+")
+        if mode != "none":
+            what = "forwards and loss" if loss else "forwards"
+            layout += f", compiled {what} ({mode})"
         lines.append(
             f"| bench_learner {r['preset']}, batch {r['batch']}, {r['precision']}, CUDA graph "
             f"{graph}, frames on {r['frames']}{layout} (eager reference "
@@ -295,10 +298,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--learner-compile",
         nargs="+",
-        choices=("none", "default", "max-autotune-no-cudagraphs"),
+        choices=("none", "default", "default+loss", "max-autotune-no-cudagraphs"),
         default=["none"],
         help="learner.compile modes of the learner rows, a row each (default inside the "
-        "captured step fuses the head's elementwise work); each adds about a minute",
+        "captured step fuses the head's elementwise work; default+loss the loss's too, "
+        "learner.compile_loss); each adds about a minute",
     )
     ap.add_argument(
         "--run-overrides",

@@ -12,6 +12,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from trackmind.agent.loss import iqn_loss
 from trackmind.agent.network_config import build_network
 from trackmind.errors import ConfigError
 from trackmind.training.module import IQNLightningModule
@@ -25,11 +26,11 @@ def _learner(**change) -> dict:
     return {**cfg, **change}
 
 
-def _module(mode: str) -> IQNLightningModule:
+def _module(mode: str, **change) -> IQNLightningModule:
     torch.manual_seed(0)
     raw = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "network" / "iqn_floats.yaml"))
     net = build_network(raw, FLOATS, None)
-    return IQNLightningModule(net, _learner(compile=mode))
+    return IQNLightningModule(net, _learner(compile=mode, **change))
 
 
 def _batch(b: int = 16) -> dict[str, torch.Tensor]:
@@ -59,7 +60,7 @@ def test_a_deep_copy_runs_its_own_networks():
     with torch.no_grad():
         for p in twin.online_network.parameters():
             p.zero_()
-    online, _ = twin._forwards()  # made anew for the copy's networks
+    online, _, _ = twin._forwards()  # made anew for the copy's networks
     assert online.__wrapped__.__self__ is twin.online_network
     assert module._forwards()[0].__wrapped__.__self__ is module.online_network
 
@@ -69,16 +70,30 @@ def test_unknown_compile_mode_names_the_key():
         _module("jit")
 
 
+def test_the_loss_is_compiled_only_when_asked_and_only_with_a_mode():
+    assert _module("default")._forwards()[2] is iqn_loss  # compile_loss off: the function
+    fused = _module("default", compile_loss=True)._forwards()[2]
+    assert fused is not iqn_loss and fused.__wrapped__ is iqn_loss
+    with pytest.raises(ConfigError, match=r"learner\.compile_loss: .*set learner\.compile"):
+        _module("none", compile_loss=True)
+    with pytest.raises(ConfigError, match=r"learner\.compile_loss: .*not a valid bool"):
+        _module("default", compile_loss="maybe")
+
+
 @pytest.mark.slow
-def test_compiled_loss_matches_eager_on_cpu():
-    """Inductor compiles the forward passes (a C++ compiler on the CPU): same loss."""
-    eager, compiled = _module("none"), _module("default")
+@pytest.mark.parametrize("compile_loss", [False, True])
+def test_compiled_loss_matches_eager_on_cpu(compile_loss: bool):
+    """Inductor compiles the forward passes, and with compile_loss the loss (a C++ compiler
+    on the CPU): the same loss and per-sample losses."""
+    torch.compiler.reset()
+    eager, compiled = _module("none"), _module("default", compile_loss=compile_loss)
     compiled.load_state_dict(eager.state_dict())
     batch = _batch()
     torch.manual_seed(5)
-    loss_e = eager.compute_loss(batch)[0]
+    want = eager.compute_loss(batch)
     torch.manual_seed(5)
-    loss_c = compiled.compute_loss(batch)[0]
-    torch.testing.assert_close(loss_c, loss_e, rtol=1e-4, atol=1e-5)
-    loss_c.backward()  # gradients flow through the compiled forward into the network
+    got = compiled.compute_loss(batch)
+    torch.testing.assert_close(got.loss, want.loss, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(got.per_sample, want.per_sample, rtol=1e-4, atol=1e-5)
+    got.loss.backward()  # gradients flow through the compiled passes into the network
     assert all(p.grad is not None for p in compiled.online_network.parameters())

@@ -164,6 +164,9 @@ class LearnerConfig:
     # torch.compile mode of the learner's forward passes (none: eager); a default here too,
     # because the checkpoints of runs from before the key have no value for it
     compile: str = "none"
+    # the loss (target, TD errors, quantile Huber) compiled too, in the same mode: its ~40
+    # small elementwise kernels (forward and backward) fused into a few
+    compile_loss: bool = False
     # the whole update (forwards, backward, clipping, optimizer) as one replayed CUDA graph
     # (training/captured_step.py); a GPU learner in fp32 or bf16
     cuda_graph: bool = False
@@ -181,6 +184,11 @@ class LearnerConfig:
             self.compile in LEARNER_COMPILE_MODES,
             f"{key}.compile",
             f"must be one of {', '.join(LEARNER_COMPILE_MODES)}, got {self.compile!r}",
+        )
+        require(
+            not self.compile_loss or self.compile != "none",
+            f"{key}.compile_loss",
+            "compiles the loss in learner.compile's mode: set learner.compile (e.g. default)",
         )
         for name, strict in (
             ("batch_size", True),
@@ -293,6 +301,12 @@ def compiled_forwards(online: torch.nn.Module, target: torch.nn.Module, mode: st
     return torch.compile(online.forward, mode=mode), torch.compile(target.forward, mode=mode)
 
 
+def compiled_loss(mode: str, compile_loss: bool) -> Callable[..., tuple]:
+    """iqn_loss itself, or torch.compile of it (a pure function: the compiled loss is the
+    eager one, fused)."""
+    return torch.compile(iqn_loss, mode=mode) if compile_loss else iqn_loss
+
+
 class IQNLightningModule(L.LightningModule):
     """Learns IQN on collated mini-race batches; see the module docstring."""
 
@@ -384,11 +398,14 @@ class IQNLightningModule(L.LightningModule):
         return self.gamma_schedule(self.frames())
 
     def _forwards(self):
-        """The forward passes over this module's own networks, made on first use (and again
-        in a deep copy, whose networks are new objects)."""
+        """(online, target, loss): the forward passes over this module's own networks and the
+        loss function, made on first use (and again in a deep copy, whose networks are new
+        objects)."""
         if self._forwards_of != id(self.online_network):
-            self._fwd = compiled_forwards(
-                self.online_network, self.target_network, self.cfg.compile
+            mode = self.cfg.compile
+            self._fwd = (
+                *compiled_forwards(self.online_network, self.target_network, mode),
+                compiled_loss(mode, self.cfg.compile_loss),
             )
             self._forwards_of = id(self.online_network)
         return self._fwd
@@ -400,7 +417,7 @@ class IQNLightningModule(L.LightningModule):
         next_img = batch.get("next_state_img")
         b = batch["action"].shape[0]
         taus = stratified_symmetric_taus(b, self.n_train, device=self.device)
-        online, target = self._forwards()
+        online, target, loss_fn = self._forwards()
         z = online(state_img, batch["state_float"], taus)
         with torch.no_grad():
             taus_next = self.target_taus(b, self.n_target, device=self.device)
@@ -412,7 +429,7 @@ class IQNLightningModule(L.LightningModule):
             z_online_next = None
             if self.cfg.double_dqn:
                 z_online_next = online(next_img, batch["next_state_float"], taus_next)
-        loss, per_sample = iqn_loss(
+        loss, per_sample = loss_fn(
             z,
             taus,
             batch["action"],
