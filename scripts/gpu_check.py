@@ -11,7 +11,8 @@ inside 8 minutes:
    and bf16, NCHW and NHWC (inference.json);
 2. bench_learner.py, iqn_linesight at batch 512 in bf16, frames on the GPU, convolutions NHWC:
    eager and captured (CUDA graph), each row with the step alone and the sampling alone timed
-   and a torch.profiler table (learner.txt; with --learner-compile MODE, learner_MODE.*);
+   and a torch.profiler table (learner.txt; with --learner-compile MODE, learner_MODE.*,
+   + as _: learner_default_loss.*);
 3. bench_collectors.py, local backend, the GPU recipe's collectors with no learner, once per
    layout of --capacity (default: the inference server as the recipe runs it, fp32 with TF32
    matmuls, then its forward replayed as CUDA graphs in fp32 and in bf16): the collection

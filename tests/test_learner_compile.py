@@ -74,8 +74,9 @@ def test_the_loss_is_compiled_only_when_asked_and_only_with_a_mode():
     assert _module("default")._forwards()[2] is iqn_loss  # compile_loss off: the function
     fused = _module("default", compile_loss=True)._forwards()[2]
     assert fused is not iqn_loss and fused.__wrapped__ is iqn_loss
-    with pytest.raises(ConfigError, match=r"learner\.compile_loss: .*set learner\.compile"):
-        _module("none", compile_loss=True)
+    for mode in ("none", "reduce-overhead", "max-autotune"):
+        with pytest.raises(ConfigError, match=r"learner\.compile_loss: .*must be default or"):
+            _module(mode, compile_loss=True)
     with pytest.raises(ConfigError, match=r"learner\.compile_loss: .*not a valid bool"):
         _module("default", compile_loss="maybe")
 

@@ -35,7 +35,7 @@ def next_message(q: Any) -> Any:
         return NOTHING
     try:
         return q.get_nowait()
-    except (queue_mod.Empty, EOFError, OSError):
+    except (queue_mod.Empty, EOFError, OSError, ValueError):  # ValueError: a closed queue
         return NOTHING
 
 
@@ -43,7 +43,7 @@ def wait_for_any(queues: Iterable[Any], timeout_s: float) -> None:
     """Return once one of the queues may hold a message, or after `timeout_s`. A
     multiprocessing queue is waited on through its pipe, so an idle intake sleeps instead
     of polling; any other queue (a thread queue) is polled every POLL_S."""
-    readers = []
+    readers: dict[int, Any] = {}  # by id: a queue listed twice is waited on once
     for q in queues:
         if q is None:  # a dead collector's slot, until the pool renews it
             continue
@@ -51,14 +51,15 @@ def wait_for_any(queues: Iterable[Any], timeout_s: float) -> None:
         if reader is None:
             time.sleep(min(timeout_s, POLL_S))
             return
-        readers.append(reader)
+        if not getattr(reader, "closed", False):  # a closed pipe would wake the wait at once
+            readers[id(reader)] = reader
     if not readers:
         time.sleep(timeout_s)
         return
     try:
-        connection.wait(readers, timeout_s)
+        connection.wait(list(readers.values()), timeout_s)
     except (OSError, ValueError):  # a queue closed under us: the pool renews it
-        pass
+        time.sleep(POLL_S)
 
 
 def intake_allows(
@@ -124,7 +125,7 @@ class RaceIntake:
         self._thread.join(timeout=10.0)
 
     def _run(self) -> None:
-        idle = False  # the last round took nothing
+        woke_early = False  # the last idle wait came back within POLL_S
         try:
             while not self._stop.is_set():
                 if not self.is_open():
@@ -132,12 +133,17 @@ class RaceIntake:
                     self._room.clear()
                     continue
                 if self._take_round():
-                    idle = False
-                elif not self._stop.is_set():
-                    if idle:  # the last wait woke for nothing: never spin on a wake-up
-                        time.sleep(POLL_S)
-                    idle = True
-                    self.idle_wait(list(self.queues()), IDLE_WAIT_S)
+                    woke_early = False
+                    continue
+                # an early wake-up that brought nothing: pause, so that a pipe that stays
+                # readable (or an idle_wait that returns at once) never makes a busy loop
+                if woke_early and self._stop.wait(POLL_S):
+                    break
+                if self._stop.is_set():
+                    break
+                start = time.monotonic()
+                self.idle_wait(list(self.queues()), IDLE_WAIT_S)
+                woke_early = time.monotonic() - start < POLL_S
         except BaseException as e:  # reported to the learner's thread by absorb
             self.error = e
             self._arrived.set()

@@ -186,9 +186,11 @@ class LearnerConfig:
             f"must be one of {', '.join(LEARNER_COMPILE_MODES)}, got {self.compile!r}",
         )
         require(
-            not self.compile_loss or self.compile != "none",
+            not self.compile_loss or self.compile in ("default", "max-autotune-no-cudagraphs"),
             f"{key}.compile_loss",
-            "compiles the loss in learner.compile's mode: set learner.compile (e.g. default)",
+            "compiles the loss in learner.compile's mode, which must be default or "
+            f"max-autotune-no-cudagraphs (the loss's outputs are kept past the next step; "
+            f"a mode of CUDA graphs would overwrite them), got {self.compile!r}",
         )
         for name, strict in (
             ("batch_size", True),
