@@ -101,6 +101,25 @@ def test_collectors_policy_takes_greedy_cvar_from_the_config():
     race.close()
 
 
+def test_exploring_cars_act_on_the_policys_cvar():
+    """network.policy_cvar: exploring cars' values average random taus in [0, cvar], from the
+    policy's seeded generator; the greedy races keep greedy_cvar (here the mean)."""
+    plan = _plan("network.policy_cvar=0.25")
+    race, _, net = build_collector_parts(plan.collectors, n_cars=2)
+    live = make_inference_network(net, "none")
+    acting = make_policy(plan.collectors, live, 2, 7, lambda: 0)
+    assert acting.policy_cvar == 0.25 and acting.frozen.cvar == 1.0
+    obs, _ = race.reset()
+    _, q, _ = acting.act(obs, np.zeros(2, bool), np.ones(2, bool), version=0)
+    floats = torch.from_numpy(obs[FLOATS])
+    gen = torch.Generator().manual_seed(7)
+    with torch.inference_mode():
+        want = net(None, floats, 0.25 * torch.rand((2, 32), generator=gen)).mean(dim=1)
+    np.testing.assert_allclose(q, want.numpy(), rtol=1e-5, atol=1e-6)
+    assert make_policy(_plan().collectors, live, 2, 0, lambda: 0).policy_cvar == 1.0
+    race.close()
+
+
 def test_frozen_greedy_binds_releases_and_reuses_copies():
     plan = _plan()
     race, _, net = build_collector_parts(plan.collectors, n_cars=3)

@@ -59,6 +59,12 @@ TRAIN = [  # (id, argv, what the line must name)
     ("seed-float", ["seed=1.5"], "seed: Value '1.5'"),
     ("run-name-type", ["run_name=[1,2]"], "run_name:"),
     ("target-taus", ["learner.target_taus=midpoint"], "learner.target_taus: must be one of"),
+    ("policy-cvar", ["network.policy_cvar=0"], "network.policy_cvar: must be in (0, 1]"),
+    (
+        "policy-cvar-munchausen",
+        ["network.policy_cvar=0.5", "learner.munchausen_alpha=0.9"],
+        "network.policy_cvar: a risk-averse policy's target excludes Munchausen",
+    ),
     ("accelerator", ["trainer.accelerator=tpu"], "trainer.accelerator: must be one of"),
     ("precision", ["trainer.precision=77"], "trainer.precision: must be one of"),
     ("devices", ["trainer.devices=4"], "trainer.devices: must be 1"),

@@ -92,6 +92,19 @@ def test_padded_batches_give_each_rows_own_values_with_the_buckets_taus():
     _same(q3, _expected(fresh.eval(), img3, floats3, graphed.buckets[4].taus[:3]))
 
 
+def test_live_graphs_draw_their_random_taus_in_the_policys_risk_share():
+    """network.policy_cvar: the live forward's random taus span [0, cvar], drawn as before
+    and scaled, so its values are the mean of the lowest cvar share of the quantiles."""
+    net = smoke_plan("network=iqn_cpu", "collector.device=cpu").new_network().eval()
+    graphs = graph_factory(4, (8,), None, 1.0, policy_cvar=0.25)
+    graphed = graphs(net, torch.Generator().manual_seed(3))
+    img, floats = _inputs(net, 8, 0)
+    q = graphed(img, floats)
+    want_taus = 0.25 * torch.rand((8, 4), generator=torch.Generator().manual_seed(3))
+    assert torch.equal(graphed.buckets[8].taus, want_taus)
+    _same(q, _expected(net, img, floats, want_taus))
+
+
 def test_batch_q_with_graphs_keeps_greedy_cars_on_their_frozen_weights():
     plan = smoke_plan("network=iqn_cpu", "collector.device=cpu")
     live = make_inference_network(plan.new_network())

@@ -19,6 +19,7 @@ from trackmind.agent.loss import (
     NonFiniteGuard,
     action_gap,
     bound_clipped_share,
+    cvar_means,
     iqn_loss,
     munchausen_target,
     quantile_huber,
@@ -253,3 +254,62 @@ def test_value_bound_applies_to_the_munchausen_soft_value():
         target_max=torch.tensor([1.0]),
     )
     assert got.item() == pytest.approx(want.item())
+
+
+def test_cvar_means_average_the_quantiles_at_low_taus():
+    # quantiles (1, 4, 2) at taus [0.1, 0.3, 0.6, 0.9]; cvar 0.5 keeps the first two rows:
+    # action 0: (1 + 3) / 2 = 2, action 1: (10 + 20) / 2 = 15; cvar 1: the plain mean
+    q = torch.tensor([[[1.0, 10.0], [3.0, 20.0], [5.0, 30.0], [7.0, 40.0]]])
+    taus = torch.tensor([[0.1, 0.3, 0.6, 0.9]])
+    assert cvar_means(q, taus, 0.5)[0].tolist() == pytest.approx([2.0, 15.0])
+    assert cvar_means(q, taus, 0.3)[0].tolist() == pytest.approx([2.0, 15.0])
+    assert cvar_means(q, taus, 0.2)[0].tolist() == pytest.approx([1.0, 10.0])
+    assert cvar_means(q, taus, 1.0)[0].tolist() == pytest.approx([4.0, 25.0])
+
+
+def test_cvar_means_take_the_lowest_tau_when_none_is_low_enough():
+    # row 0 has no tau <= 0.25: its lowest tau (0.6, the second quantile) alone; row 1 keeps 0.1
+    q = torch.tensor([[[1.0], [3.0], [5.0]], [[2.0], [4.0], [6.0]]])
+    taus = torch.tensor([[0.9, 0.6, 0.7], [0.1, 0.8, 0.2]])
+    assert cvar_means(q, taus, 0.25)[:, 0].tolist() == pytest.approx([3.0, 4.0])
+
+
+@pytest.mark.parametrize("cvar", [0.0, 1.5])
+def test_cvar_outside_zero_one_is_refused(cvar):
+    with pytest.raises(ValueError, match="cvar"):
+        cvar_means(torch.zeros(1, 2, 2), torch.zeros(1, 2), cvar)
+
+
+def risky_case():
+    """Action 0 at s' has the higher mean (2 against 0.75), action 1 the higher low quantile
+    (0.5 against -2 at tau 0.1)."""
+    q, taus, actions, _, rewards, discounts = case()
+    qn = torch.tensor([[[-2.0, 0.5], [6.0, 1.0]]])
+    return (q, taus, actions, qn, rewards, discounts), torch.tensor([[0.1, 0.7]])
+
+
+def test_risk_neutral_target_takes_the_best_mean():
+    # a* = 0: target = 0.5 + 0.5 * [-2, 6] = [-0.5, 3.5]
+    # i=0 (Z=1, tau 0.2): u = [-1.5, 2.5] -> [0.8 * 1.5, 0.2 * 2.5] = [1.2, 0.5] -> mean 0.85
+    # i=1 (Z=3, tau 0.6): u = [-3.5, 0.5] -> [0.4 * 3.5, 0.6 * 0.5] = [1.4, 0.3] -> mean 0.85
+    args, taus_next = risky_case()
+    _, per_sample = iqn_loss(*args, kappa=0.0, taus_next=taus_next, cvar=1.0)
+    assert per_sample.tolist() == pytest.approx([1.7])
+
+
+def test_risk_averse_target_takes_the_best_low_quantiles():
+    # cvar 0.5 keeps tau 0.1: action values [-2, 0.5] -> a* = 1
+    # target = 0.5 + 0.5 * [0.5, 1.0] = [0.75, 1.0]
+    # i=0 (Z=1, tau 0.2): u = [-0.25, 0.0] -> [0.8 * 0.25, 0] -> mean 0.1
+    # i=1 (Z=3, tau 0.6): u = [-2.25, -2.0] -> 0.4 * [2.25, 2.0] -> mean 0.85 -> sum 0.95
+    args, taus_next = risky_case()
+    _, per_sample = iqn_loss(*args, kappa=0.0, taus_next=taus_next, cvar=0.5)
+    assert per_sample.tolist() == pytest.approx([0.95])
+
+
+def test_risk_averse_target_needs_the_taus_and_excludes_munchausen():
+    args, taus_next = risky_case()
+    with pytest.raises(ValueError, match="taus_next"):
+        iqn_loss(*args, cvar=0.5)
+    with pytest.raises(ValueError, match="munchausen"):
+        iqn_loss(*args, cvar=0.5, taus_next=taus_next, munchausen=Munchausen())

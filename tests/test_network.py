@@ -55,7 +55,7 @@ def test_linesight_parameter_count():
 def test_preset_keys_mirror_the_constructor(name):
     args = set(inspect.signature(IQNNetwork).parameters) - {"float_mean", "float_std"}
     extra = {"n_quantiles_train", "n_quantiles_target", "n_quantiles_inference", "compile"}
-    extra |= {"greedy_cvar"}
+    extra |= {"greedy_cvar", "policy_cvar"}
     assert set(preset(name)) == args | extra
 
 
@@ -101,6 +101,7 @@ def test_odd_or_empty_tau_count_is_refused(n):
         ({"compile": "jit"}, FLOATS, (48, 64), "compile", "none, script, compile"),
         ({"greedy_cvar": 0}, FLOATS, (48, 64), "greedy_cvar", "(0, 1]"),
         ({"greedy_cvar": 1.5}, FLOATS, (48, 64), "greedy_cvar", "(0, 1]"),
+        ({"policy_cvar": 0}, FLOATS, (48, 64), "policy_cvar", "(0, 1]"),
         ({"image_shape": [48, 64]}, FLOATS, (48, 64), "image_shape", "[C, H, W]"),
         ({"layer_norm": "sometimes"}, FLOATS, (48, 64), "layer_norm", "not a valid bool"),
         ({"spectral_norm": "yes!"}, FLOATS, (48, 64), "spectral_norm", "not a valid bool"),

@@ -114,3 +114,24 @@ def test_saved_rows_replace_their_own_label_and_keep_the_others(tmp_path):
     saved = json.loads(path.read_text())
     assert saved["columns"] == ta.COLUMNS
     assert [r[:2] for r in saved["rows"]] == [["b", "random"], ["a", "stratified"]]
+
+
+def test_the_policys_cvar_chooses_the_targets_action_at_the_targets_own_taus():
+    """network.policy_cvar reaches the loss with the taus the target network ran at, so
+    cvar_means reads the right quantiles (agent/loss.py checks the choice value by value)."""
+    net = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "network" / "iqn_floats.yaml"))
+    module = IQNLightningModule(build_network(net, FLOATS, None), _learner(), policy_cvar=0.5)
+    online, target, loss_fn = module._forwards()
+    calls = []
+
+    def spy_loss(*args, **kwargs):
+        calls.append(kwargs)
+        return loss_fn(*args, **kwargs)
+
+    module._fwd = (online, target, spy_loss)
+    taus = _next_state_taus(module)
+    assert calls[0]["cvar"] == 0.5
+    assert torch.equal(calls[0]["taus_next"], taus)
+    plain = _module()
+    plain._forwards()
+    assert plain.policy_cvar == 1.0

@@ -139,16 +139,21 @@ class FrozenGreedy:
 
 
 def graph_factory(
-    k: int, sizes: tuple[int, ...], dtype: torch.dtype | None, cvar: float
+    k: int,
+    sizes: tuple[int, ...],
+    dtype: torch.dtype | None,
+    cvar: float,
+    policy_cvar: float = 1.0,
 ) -> Callable[..., GraphedQ]:
     """collector.cuda_graph's graphs for a network: given a generator, the live network's
-    (random taus); without one, a frozen greedy copy's (midpoint taus, `cvar`)."""
+    (random taus in [0, `policy_cvar`]); without one, a frozen greedy copy's (midpoint taus,
+    `cvar`)."""
 
     state = CaptureState()  # one failed capture leaves them all eager
 
     def make(net: IQNNetwork, generator: torch.Generator | None = None) -> GraphedQ:
         if generator is not None:
-            return GraphedQ(net, k, sizes, generator, dtype, state=state)
+            return GraphedQ(net, k, sizes, generator, dtype, cvar=policy_cvar, state=state)
         return GraphedQ(net, k, sizes, None, dtype, midpoint=True, cvar=cvar, state=state)
 
     return make
@@ -162,6 +167,7 @@ def greedy_and_graphs(
     gen: torch.Generator,
     graph_sizes: tuple[int, ...] | None,
     precision: str,
+    policy_cvar: float = 1.0,
 ) -> tuple[FrozenGreedy, GraphedQ | None]:
     """A collector's (or the server's) frozen greedy copies and, with `graph_sizes`
     (collector.cuda_graph), the live network's GraphedQ, both sharing one graph factory."""
@@ -174,7 +180,7 @@ def greedy_and_graphs(
             "forward runs on the same static tensors, eagerly (no graph is captured)",
             device,
         )
-    graphs = graph_factory(k, graph_sizes, autocast_dtype(device, precision), cvar)
+    graphs = graph_factory(k, graph_sizes, autocast_dtype(device, precision), cvar, policy_cvar)
     return FrozenGreedy(live, k, n_cars, cvar, graphs), graphs(live.net, gen)
 
 
@@ -196,11 +202,12 @@ def batch_q(
     cars: np.ndarray,
     greedy: np.ndarray,
     graphed: GraphedQ | None = None,
+    policy_cvar: float = 1.0,
 ) -> torch.Tensor:
     """Q values (len(cars), A) on the live network's device for the cars whose observations
     are the rows of img/floats, `cars` their indices in `frozen` and `greedy`: exploring cars
-    from the live weights (random taus), greedy ones from the frozen copy of their race's
-    version.
+    from the live weights (random taus in [0, `policy_cvar`]: network.policy_cvar), greedy
+    ones from the frozen copy of their race's version.
 
     With `graphed` (collector.cuda_graph) the live weights' values come from its replayed
     graph for every row, and greedy rows are then overwritten: one replay, not a gather. A
@@ -223,10 +230,11 @@ def batch_q(
         return q
     with torch.inference_mode():
         if len(explore) == len(cars):  # no greedy race: the batch's Q values as they are
-            return cars_q_tensor(live, img, floats, explore, k, gen)
+            return cars_q_tensor(live, img, floats, explore, k, gen, False, policy_cvar)
         q = torch.empty((len(cars), live.net.n_actions), dtype=torch.float32, device=floats.device)
         if len(explore):
-            _put_rows(q, explore, cars_q_tensor(live, img, floats, explore, k, gen))
+            values = cars_q_tensor(live, img, floats, explore, k, gen, False, policy_cvar)
+            _put_rows(q, explore, values)
         frozen.fill(q, img, floats, frozen.bound[cars])
         return q
 
@@ -249,6 +257,7 @@ class BatchedPolicy:
         frames: Callable[[], int],
         greedy_cvar: float = 1.0,
         remote: RemoteQ | None = None,
+        policy_cvar: float = 1.0,
         precision: str = "fp32",
         cuda_graph: bool = False,
     ) -> None:
@@ -256,6 +265,7 @@ class BatchedPolicy:
         self.precision = precision  # collector.precision: bf16 autocast on a GPU
         self.graphed: GraphedQ | None = None  # collector.cuda_graph: the live forward replayed
         self.live = live
+        self.policy_cvar = float(policy_cvar)  # exploring cars' risk level (network.policy_cvar)
         self.explorer = explorer
         self.k = int(k_taus)
         self.frames = frames
@@ -266,7 +276,7 @@ class BatchedPolicy:
             self.gen = torch.Generator(device=self.device).manual_seed(seed)
             sizes = (n_cars,) if cuda_graph else None  # one batch size: this collector's cars
             self.frozen, self.graphed = greedy_and_graphs(
-                live, self.k, n_cars, greedy_cvar, self.gen, sizes, precision
+                live, self.k, n_cars, greedy_cvar, self.gen, sizes, precision, self.policy_cvar
             )
 
     def act(self, obs: dict, greedy: np.ndarray, started: np.ndarray, version: int):
@@ -289,6 +299,7 @@ class BatchedPolicy:
                     cars,
                     greedy,
                     self.graphed,
+                    self.policy_cvar,
                 )
             q = q.float().cpu().numpy()  # one copy to the host per step (none on the CPU)
         self.hold.release(np.flatnonzero(started))

@@ -96,7 +96,8 @@ class GraphedQ:
     ) -> None:
         self.net = net
         self.k = int(k_taus)
-        # midpoint: the fixed taus of greedy races (a frozen copy's), set once per bucket
+        # midpoint: the fixed taus of greedy races (a frozen copy's), set once per bucket;
+        # cvar: the taus span [0, cvar] (risk-averse values), midpoint or random
         self.midpoint, self.cvar = bool(midpoint), float(cvar)
         self.sizes = tuple(sorted(int(s) for s in sizes))
         self.gen = generator
@@ -126,6 +127,8 @@ class GraphedQ:
         b, n = self.last
         if not self.midpoint:
             torch.rand(b.taus.shape, generator=self.gen, device=self.device, out=b.taus)
+            if self.cvar < 1.0:
+                b.taus.mul_(self.cvar)
         if b.graph is not None and self.failed is not None:
             b.graph = None  # another GraphedQ of this process failed: all run eagerly
         if b.graph is None and self.capture and self.failed is None:

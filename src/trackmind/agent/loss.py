@@ -17,6 +17,12 @@ bootstraps the soft value sum_b pi(b|s') (Z(s', b) - tau_m * log pi(b|s')) inste
 greedy action's quantiles; pi = softmax(Q / tau_m). This is an implicit KL penalty between
 consecutive policies, and it also widens the action gaps, more gently than advantage learning.
 
+Risk-averse targets (Dabney et al. 2018, section 3.1): the greedy action at s' maximises the
+CVaR of its returns, the mean of the lowest ``cvar`` share of the quantiles, instead of the
+mean. The target distribution is then that action's whole Z(s', a*), so the values learned are
+those of the risk-averse policy, which the collectors act with too (network.policy_cvar). The
+target's own taus say which of its quantiles lie in [0, cvar]; no extra forward is needed.
+
 A value bound (``target_max``, from replay/minirace.value_upper_bound): a mini-race's return
 from s' cannot exceed what its remaining actions can earn, so the bootstrapped quantiles are
 clipped there, min(Z(s', a), B(s')), before the target is formed. Clipping a return
@@ -52,6 +58,20 @@ def bound_clipped_share(q_target_next: torch.Tensor, target_max: torch.Tensor) -
     ``target_max`` (B,) clips: how hard the bound weighs on the bootstrapped values."""
     b = q_target_next.shape[0]
     return (q_target_next > target_max.view(b, 1, 1)).float().mean()
+
+
+def cvar_means(quantiles: torch.Tensor, taus: torch.Tensor, cvar: float) -> torch.Tensor:
+    """Mean over the quantiles (B, N, A) whose taus (B, N) lie in [0, cvar]: a sample estimate
+    of each action's CVaR (B, A). A row with no tau that low takes its lowest-tau quantile.
+    cvar 1 is the plain mean."""
+    if not 0.0 < cvar <= 1.0:
+        raise ValueError(f"cvar must be in (0, 1], got {cvar}")
+    if cvar >= 1.0:
+        return quantiles.mean(dim=1)
+    low = taus <= cvar
+    lowest = torch.nn.functional.one_hot(taus.argmin(dim=1), taus.shape[1]).bool()
+    w = (low | (lowest & ~low.any(dim=1, keepdim=True))).to(quantiles.dtype)  # (B, N)
+    return (quantiles * w.unsqueeze(2)).sum(dim=1) / w.sum(dim=1, keepdim=True)
 
 
 @dataclass(frozen=True)
@@ -107,6 +127,8 @@ def iqn_loss(
     advantage_learning: float = 0.0,
     munchausen: Munchausen | None = None,
     target_max: torch.Tensor | None = None,
+    taus_next: torch.Tensor | None = None,
+    cvar: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean weighted quantile Huber loss and the per-sample losses (B,).
 
@@ -122,6 +144,8 @@ def iqn_loss(
     target by munchausen_target, its bonus read from the online quantiles' means at s
     (detached, no extra forward); it excludes double DQN and advantage learning.
     ``target_max`` (B,) clips every target quantile at s' (all actions) from above first.
+    ``cvar`` < 1 chooses a* by cvar_means over the quantiles at ``taus_next`` (B, N'), the
+    taus both next-state forwards ran at (risk-averse targets); Munchausen excludes it.
     """
     if kappa < 0:
         raise ValueError(f"kappa must be >= 0, got {kappa}")
@@ -130,6 +154,8 @@ def iqn_loss(
     m = munchausen if munchausen is not None and munchausen.alpha > 0 else None
     if m is not None and (q_online_next is not None or advantage_learning > 0):
         raise ValueError("munchausen targets exclude double DQN and advantage learning")
+    if cvar < 1.0 and (taus_next is None or m is not None):
+        raise ValueError("a risk-averse target needs taus_next and excludes munchausen targets")
     b, n, a = q_online.shape
     if target_max is not None:
         q_target_next = torch.minimum(q_target_next, target_max.view(b, 1, 1))
@@ -142,7 +168,10 @@ def iqn_loss(
         return _quantile_loss(z, taus, target, kappa, weights)
     with torch.no_grad():
         chooser = q_target_next if q_online_next is None else q_online_next
-        best = chooser.mean(dim=1).argmax(dim=1)  # (B,)
+        if cvar < 1.0:
+            best = cvar_means(chooser, taus_next, cvar).argmax(dim=1)  # (B,)
+        else:
+            best = chooser.mean(dim=1).argmax(dim=1)
         n_next = q_target_next.shape[1]
         z_next = q_target_next.gather(2, best.view(b, 1, 1).expand(b, n_next, 1)).squeeze(2)
         target = rewards.view(b, 1) + discounts.view(b, 1) * z_next  # (B, N')

@@ -44,6 +44,10 @@ class NetworkConfig:
     # greedy races act on the mean of the lowest greedy_cvar share of the quantiles (CVaR):
     # 1 is the plain mean (risk-neutral), 0.5 the worse half of the returns (risk-averse)
     greedy_cvar: float = 1.0
+    # the risk level the agent learns and explores with: the target's greedy action (learner)
+    # and the exploring cars' values (collectors) take the mean of the lowest policy_cvar share
+    # of the quantiles, so the values learned are those of the risk-averse policy that acts
+    policy_cvar: float = 1.0
     compile: Any = "none"  # none | script | compile (null: none)
 
     def __post_init__(self) -> None:
@@ -69,9 +73,10 @@ class NetworkConfig:
             f"{PREFIX}.compile",
             f"must be one of {', '.join(COMPILE_MODES)}, got {self.compile!r}",
         )
-        c = self.greedy_cvar
-        ok = isinstance(c, int | float) and not isinstance(c, bool) and 0 < c <= 1
-        require(ok, f"{PREFIX}.greedy_cvar", f"must be in (0, 1], got {c!r}")
+        for name in ("greedy_cvar", "policy_cvar"):
+            c = getattr(self, name)
+            ok = isinstance(c, int | float) and not isinstance(c, bool) and 0 < c <= 1
+            require(ok, f"{PREFIX}.{name}", f"must be in (0, 1], got {c!r}")
         if self.float_dim is not None:
             _positive_int(self.float_dim, "float_dim")
         if self.image_shape is not None:
@@ -83,7 +88,7 @@ class NetworkConfig:
     def constructor_kwargs(self) -> dict:
         """Arguments for IQNNetwork (everything but the learner's and collectors' settings)."""
         counts = {"n_quantiles_train", "n_quantiles_target", "n_quantiles_inference"}
-        skip = {*counts, "greedy_cvar", "compile"}
+        skip = {*counts, "greedy_cvar", "policy_cvar", "compile"}
         return {k: v for k, v in self.__dict__.items() if k not in skip}
 
 

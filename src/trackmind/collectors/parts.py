@@ -70,6 +70,7 @@ def make_policy(
         frames,
         greedy_cvar=spec.network.greedy_cvar,
         remote=remote,
+        policy_cvar=spec.network.policy_cvar,
         precision=spec.collector.precision,
         cuda_graph=spec.collector.cuda_graph,
     )

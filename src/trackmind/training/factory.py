@@ -132,6 +132,12 @@ def plan_run(cfg: Any) -> RunPlan:
         "and the recorded potentials); set it to null",
     )
     learner = learner_config(top.learner)
+    require(
+        network.policy_cvar >= 1.0 or learner.munchausen_alpha == 0,
+        "network.policy_cvar",
+        "a risk-averse policy's target excludes Munchausen targets: set "
+        "learner.munchausen_alpha=0 or network.policy_cvar=1",
+    )
     pool = choose(COLLECTOR_POOLS, top.collector.get("backend"), "collector.backend")
     collector = check_schema(top.collector, load(pool.schema), "collector")
     if pool.check is not None:

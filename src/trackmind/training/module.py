@@ -318,6 +318,7 @@ class IQNLightningModule(L.LightningModule):
         learner: Mapping | LearnerConfig,
         n_quantiles_train: int = 8,
         n_quantiles_target: int = 8,
+        policy_cvar: float = 1.0,
         frames: Callable[[], int] = lambda: 0,
         publish: Callable[[torch.nn.Module], Any] | None = None,
         on_priorities: Callable[[torch.Tensor, torch.Tensor], None] | None = None,
@@ -337,6 +338,7 @@ class IQNLightningModule(L.LightningModule):
         self.n_train = int(n_quantiles_train)
         self.munchausen = self.cfg.munchausen()  # made once: compute_loss runs every batch
         self.n_target = int(n_quantiles_target)
+        self.policy_cvar = float(policy_cvar)  # network.policy_cvar: the target's risk level
         require(
             self.cfg.target_taus != "stratified" or self.n_target % 2 == 0,
             "learner.target_taus",
@@ -444,6 +446,8 @@ class IQNLightningModule(L.LightningModule):
             advantage_learning=float(self.cfg.advantage_learning),
             munchausen=self.munchausen,
             target_max=target_max,
+            taus_next=taus_next,
+            cvar=self.policy_cvar,
         )
         return LossParts(loss, per_sample, z, stats)
 

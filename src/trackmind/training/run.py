@@ -137,6 +137,7 @@ def build_learner(plan: RunPlan, resumed_state: dict | None) -> Learner:
         plan.learner,
         n_quantiles_train=plan.network.n_quantiles_train,
         n_quantiles_target=plan.network.n_quantiles_target,
+        policy_cvar=plan.network.policy_cvar,
         frames=shared.frames_played,
         publish=WeightPublisher(shared, history),
         on_priorities=buffers.update_priorities if buffers.config.prioritized else None,
