@@ -178,6 +178,8 @@ def run_figures(rows: list[dict[str, str]], batch: int) -> dict[str, float | Non
         "inference_ms": per_collector("inference"),
         "queue_ms": per_collector("queue"),  # a full queue: the learner takes races too slowly
         "collectors": float(len([k for k in keys if k.endswith("inference_ms_per_action")])),
+        # a run that learns publishes a version every learner.publish_every_batches
+        "weights_version": max(column(rows, "weights/version"), default=None),
     }
 
 
@@ -259,6 +261,9 @@ def table(
         f"| real run: learner batches/s | {fmt(run.get('batches_per_s'), ',.1f')} | >= "
         f"{t['run_batches']:.0f} | {verdict(run.get('batches_per_s'), t['run_batches'])} |",
         f"| real run: samples/s learned | {fmt(run.get('samples_per_s'))} | | |",
+        f"| real run: last weights version the collectors were sent (1: never updated) | "
+        f"{fmt(run.get('weights_version'))} | > 1 | "
+        f"{verdict(run.get('weights_version'), 1.5)} |",
         f"| real run: transitions/s collected | {fmt(run.get('transitions_per_s'))} | | |",
         f"| real run: learner_wait_share | {fmt(run.get('wait_share'), '.3f')} | < "
         f"{t['wait_share']} | {verdict(run.get('wait_share'), t['wait_share'], above=False)} |",

@@ -108,7 +108,7 @@ def test_exploring_cars_act_on_the_policys_cvar():
     race, _, net = build_collector_parts(plan.collectors, n_cars=2)
     live = make_inference_network(net, "none")
     acting = make_policy(plan.collectors, live, 2, 7, lambda: 0)
-    assert acting.policy_cvar == 0.25 and acting.frozen.cvar == 1.0
+    assert acting.explore_cvar == 0.25 and acting.frozen.cvar == 1.0
     obs, _ = race.reset()
     _, q, _ = acting.act(obs, np.zeros(2, bool), np.ones(2, bool), version=0)
     floats = torch.from_numpy(obs[FLOATS])
@@ -116,7 +116,7 @@ def test_exploring_cars_act_on_the_policys_cvar():
     with torch.inference_mode():
         want = net(None, floats, 0.25 * torch.rand((2, 32), generator=gen)).mean(dim=1)
     np.testing.assert_allclose(q, want.numpy(), rtol=1e-5, atol=1e-6)
-    assert make_policy(_plan().collectors, live, 2, 0, lambda: 0).policy_cvar == 1.0
+    assert make_policy(_plan().collectors, live, 2, 0, lambda: 0).explore_cvar == 1.0
     race.close()
 
 

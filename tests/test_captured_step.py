@@ -111,6 +111,36 @@ def test_the_value_bounds_share_reaches_the_steps_figures():
     assert float(parts.stats["train/bound_clipped"]) == pytest.approx(want)
 
 
+@pytest.mark.parametrize("cuda_graph", [False, True])
+def test_the_value_bounds_share_is_logged_by_both_learners(cuda_graph, tmp_path):
+    """The figure reaches the logged metrics (last_stats, what Lightning was handed) through
+    Lightning's own loop, eager (learner.cuda_graph=false, the CPU default) or captured: a
+    bound far below every value clips all of the target's quantiles. Both count their steps
+    (max_steps ends the fit)."""
+    import lightning as L
+
+    module = _module(cuda_graph=cuda_graph, publish_every_batches=1000)
+    module.frames = lambda: 0
+    b = 16
+    batches = [_batch(b, seed) | {"target_max": torch.full((b,), -1.0e9)} for seed in (1, 2)]
+    trainer = L.Trainer(
+        max_steps=2,
+        accelerator="cpu",
+        logger=False,
+        log_every_n_steps=1,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+    )
+    trainer.fit(module, train_dataloaders=torch.utils.data.DataLoader(batches, None))
+    # Lightning counted both steps: the captured one steps the raw optimizer, and a run
+    # that did not count it would never publish its weights nor stop at max_steps
+    assert trainer.global_step == 2 and module.samples_learned == 2 * b
+    assert module.last_stats["train/bound_clipped"] == 1.0
+    assert {"train/loss", "train/q_mean", "train/grad_norm_clipped"} <= set(module.last_stats)
+
+
 def test_a_non_finite_loss_is_a_zero_gradient_step_counted_on_the_device():
     module = _module(cuda_graph=True)
     module._raw_optimizer = module.configure_optimizers()

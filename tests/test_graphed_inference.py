@@ -24,6 +24,7 @@ from trackmind.agent.acting import (
 )
 from trackmind.agent.graphed_inference import GraphedQ, bucket_for, bucket_sizes
 from trackmind.agent.inference import make_inference_network
+from trackmind.agent.network_config import Risk
 from trackmind.collectors.inference_server import InferenceServer, make_server_link
 from trackmind.collectors.shared_handles import make_shared, publish_weights, spawn_context
 from trackmind.errors import ConfigError
@@ -96,7 +97,7 @@ def test_live_graphs_draw_their_random_taus_in_the_policys_risk_share():
     """network.policy_cvar: the live forward's random taus span [0, cvar], drawn as before
     and scaled, so its values are the mean of the lowest cvar share of the quantiles."""
     net = smoke_plan("network=iqn_cpu", "collector.device=cpu").new_network().eval()
-    graphs = graph_factory(4, (8,), None, 1.0, policy_cvar=0.25)
+    graphs = graph_factory(4, (8,), None, Risk(explore=0.25))
     graphed = graphs(net, torch.Generator().manual_seed(3))
     img, floats = _inputs(net, 8, 0)
     q = graphed(img, floats)
@@ -109,7 +110,7 @@ def test_batch_q_with_graphs_keeps_greedy_cars_on_their_frozen_weights():
     plan = smoke_plan("network=iqn_cpu", "collector.device=cpu")
     live = make_inference_network(plan.new_network())
     k, n = plan.network.n_quantiles_inference, 6
-    graphs = graph_factory(k, (8,), None, 1.0)
+    graphs = graph_factory(k, (8,), None, Risk())
     frozen = FrozenGreedy(live, k, n, graphs=graphs)  # frozen copies replay graphs too
     greedy = np.array([0, 1, 0, 0, 1, 0], bool)
     frozen.update(greedy, np.ones(n, bool), 2)
@@ -133,7 +134,7 @@ def test_a_batch_of_greedy_cars_alone_replays_no_live_graph():
     plan = smoke_plan("network=iqn_cpu", "collector.device=cpu")
     live = make_inference_network(plan.new_network())
     k, n = plan.network.n_quantiles_inference, 5
-    graphs = graph_factory(k, (8,), None, 1.0)
+    graphs = graph_factory(k, (8,), None, Risk())
     frozen = FrozenGreedy(live, k, n, graphs=graphs)  # as greedy_and_graphs makes them
     first = np.array([1, 1, 1, 0, 0], bool)
     frozen.update(first, np.ones(n, bool), 1)  # cars 0-2 start greedy races at version 1
@@ -165,13 +166,13 @@ def test_graphs_asked_for_off_a_gpu_say_so_in_one_line(caplog):
     live = make_inference_network(plan.new_network())
     k = plan.network.n_quantiles_inference
     with caplog.at_level("WARNING", logger="trackmind.agent.acting"):
-        _, graphed = greedy_and_graphs(live, k, 4, 1.0, torch.Generator(), (4,), "fp32")
+        _, graphed = greedy_and_graphs(live, k, 4, Risk(), torch.Generator(), (4,), "fp32")
     assert graphed is not None and not graphed.capture
     (record,) = caplog.records
     assert "collector.cuda_graph" in record.message and "on cpu, not a GPU" in record.message
     caplog.clear()
     with caplog.at_level("WARNING", logger="trackmind.agent.acting"):
-        greedy_and_graphs(live, k, 4, 1.0, torch.Generator(), None, "fp32")
+        greedy_and_graphs(live, k, 4, Risk(), torch.Generator(), None, "fp32")
     assert not caplog.records  # no graphs asked for: nothing to say
 
 
@@ -179,7 +180,7 @@ def test_frozen_copies_replay_midpoint_graphs_kept_with_their_spare_copy():
     plan = smoke_plan("network=iqn_cpu", "collector.device=cpu")
     live = make_inference_network(plan.new_network())
     k, n, cvar = 4, 4, 0.5
-    graphs = graph_factory(k, (4,), None, cvar)
+    graphs = graph_factory(k, (4,), None, Risk(greedy=cvar))
     frozen = FrozenGreedy(live, k, n, cvar, graphs)
     plain = FrozenGreedy(live, k, n, cvar)
     img, floats = _inputs(live.net, n, 9)

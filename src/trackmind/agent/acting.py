@@ -33,6 +33,7 @@ from trackmind.agent.inference import (
     make_inference_network,
 )
 from trackmind.agent.network import IQNNetwork
+from trackmind.agent.network_config import RISK_NEUTRAL, Risk
 from trackmind.env.observations import FLOATS
 
 log = logging.getLogger(__name__)
@@ -139,22 +140,18 @@ class FrozenGreedy:
 
 
 def graph_factory(
-    k: int,
-    sizes: tuple[int, ...],
-    dtype: torch.dtype | None,
-    cvar: float,
-    policy_cvar: float = 1.0,
+    k: int, sizes: tuple[int, ...], dtype: torch.dtype | None, risk: Risk
 ) -> Callable[..., GraphedQ]:
     """collector.cuda_graph's graphs for a network: given a generator, the live network's
-    (random taus in [0, `policy_cvar`]); without one, a frozen greedy copy's (midpoint taus,
-    `cvar`)."""
+    (random taus in [0, risk.explore]); without one, a frozen greedy copy's (midpoint taus,
+    risk.greedy)."""
 
     state = CaptureState()  # one failed capture leaves them all eager
 
     def make(net: IQNNetwork, generator: torch.Generator | None = None) -> GraphedQ:
         if generator is not None:
-            return GraphedQ(net, k, sizes, generator, dtype, cvar=policy_cvar, state=state)
-        return GraphedQ(net, k, sizes, None, dtype, midpoint=True, cvar=cvar, state=state)
+            return GraphedQ(net, k, sizes, generator, dtype, cvar=risk.explore, state=state)
+        return GraphedQ(net, k, sizes, None, dtype, midpoint=True, cvar=risk.greedy, state=state)
 
     return make
 
@@ -163,16 +160,15 @@ def greedy_and_graphs(
     live: InferenceNetwork,
     k: int,
     n_cars: int,
-    cvar: float,
+    risk: Risk,
     gen: torch.Generator,
     graph_sizes: tuple[int, ...] | None,
     precision: str,
-    policy_cvar: float = 1.0,
 ) -> tuple[FrozenGreedy, GraphedQ | None]:
     """A collector's (or the server's) frozen greedy copies and, with `graph_sizes`
     (collector.cuda_graph), the live network's GraphedQ, both sharing one graph factory."""
     if graph_sizes is None:
-        return FrozenGreedy(live, k, n_cars, cvar), None
+        return FrozenGreedy(live, k, n_cars, risk.greedy), None
     device = network_device(live.net)
     if device.type != "cuda":  # a Ray worker placed without a GPU: one line per collector
         log.warning(
@@ -180,8 +176,8 @@ def greedy_and_graphs(
             "forward runs on the same static tensors, eagerly (no graph is captured)",
             device,
         )
-    graphs = graph_factory(k, graph_sizes, autocast_dtype(device, precision), cvar, policy_cvar)
-    return FrozenGreedy(live, k, n_cars, cvar, graphs), graphs(live.net, gen)
+    graphs = graph_factory(k, graph_sizes, autocast_dtype(device, precision), risk)
+    return FrozenGreedy(live, k, n_cars, risk.greedy, graphs), graphs(live.net, gen)
 
 
 class RemoteQ(Protocol):
@@ -202,11 +198,11 @@ def batch_q(
     cars: np.ndarray,
     greedy: np.ndarray,
     graphed: GraphedQ | None = None,
-    policy_cvar: float = 1.0,
+    explore_cvar: float = 1.0,
 ) -> torch.Tensor:
     """Q values (len(cars), A) on the live network's device for the cars whose observations
     are the rows of img/floats, `cars` their indices in `frozen` and `greedy`: exploring cars
-    from the live weights (random taus in [0, `policy_cvar`]: network.policy_cvar), greedy
+    from the live weights (random taus in [0, `explore_cvar`]: network.policy_cvar), greedy
     ones from the frozen copy of their race's version.
 
     With `graphed` (collector.cuda_graph) the live weights' values come from its replayed
@@ -230,10 +226,10 @@ def batch_q(
         return q
     with torch.inference_mode():
         if len(explore) == len(cars):  # no greedy race: the batch's Q values as they are
-            return cars_q_tensor(live, img, floats, explore, k, gen, False, policy_cvar)
+            return cars_q_tensor(live, img, floats, explore, k, gen, False, explore_cvar)
         q = torch.empty((len(cars), live.net.n_actions), dtype=torch.float32, device=floats.device)
         if len(explore):
-            values = cars_q_tensor(live, img, floats, explore, k, gen, False, policy_cvar)
+            values = cars_q_tensor(live, img, floats, explore, k, gen, False, explore_cvar)
             _put_rows(q, explore, values)
         frozen.fill(q, img, floats, frozen.bound[cars])
         return q
@@ -255,9 +251,8 @@ class BatchedPolicy:
         n_cars: int,
         seed: int,
         frames: Callable[[], int],
-        greedy_cvar: float = 1.0,
+        risk: Risk = RISK_NEUTRAL,
         remote: RemoteQ | None = None,
-        policy_cvar: float = 1.0,
         precision: str = "fp32",
         cuda_graph: bool = False,
     ) -> None:
@@ -265,7 +260,7 @@ class BatchedPolicy:
         self.precision = precision  # collector.precision: bf16 autocast on a GPU
         self.graphed: GraphedQ | None = None  # collector.cuda_graph: the live forward replayed
         self.live = live
-        self.policy_cvar = float(policy_cvar)  # exploring cars' risk level (network.policy_cvar)
+        self.explore_cvar = risk.explore  # exploring cars' risk level (network.policy_cvar)
         self.explorer = explorer
         self.k = int(k_taus)
         self.frames = frames
@@ -276,7 +271,7 @@ class BatchedPolicy:
             self.gen = torch.Generator(device=self.device).manual_seed(seed)
             sizes = (n_cars,) if cuda_graph else None  # one batch size: this collector's cars
             self.frozen, self.graphed = greedy_and_graphs(
-                live, self.k, n_cars, greedy_cvar, self.gen, sizes, precision, self.policy_cvar
+                live, self.k, n_cars, risk, self.gen, sizes, precision
             )
 
     def act(self, obs: dict, greedy: np.ndarray, started: np.ndarray, version: int):
@@ -299,7 +294,7 @@ class BatchedPolicy:
                     cars,
                     greedy,
                     self.graphed,
-                    self.policy_cvar,
+                    self.explore_cvar,
                 )
             q = q.float().cpu().numpy()  # one copy to the host per step (none on the CPU)
         self.hold.release(np.flatnonzero(started))

@@ -19,6 +19,19 @@ PREFIX = "network"
 COMPILE_MODES = ("none", "script", "compile")
 
 
+@dataclass(frozen=True)
+class Risk:
+    """The two CVaR levels a collector acts with, handed down together: greedy races act on
+    the mean of the lowest `greedy` share of the quantiles (network.greedy_cvar), exploring
+    cars on random taus in [0, `explore`] (network.policy_cvar). 1 is the plain mean."""
+
+    greedy: float = 1.0
+    explore: float = 1.0
+
+
+RISK_NEUTRAL = Risk()  # both levels the plain mean
+
+
 @dataclass
 class NetworkConfig:
     """The ``network`` group: IQNNetwork's arguments plus how the learner and collectors use
@@ -84,6 +97,11 @@ class NetworkConfig:
             key = f"{PREFIX}.image_shape"
             require(len(shape) == 3, key, f"must be [C, H, W], got {list(shape)}")
             self.image_shape = shape
+
+    @property
+    def risk(self) -> Risk:
+        """greedy_cvar and policy_cvar as the collectors use them."""
+        return Risk(float(self.greedy_cvar), float(self.policy_cvar))
 
     def constructor_kwargs(self) -> dict:
         """Arguments for IQNNetwork (everything but the learner's and collectors' settings)."""

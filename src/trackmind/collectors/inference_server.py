@@ -163,16 +163,10 @@ class InferenceServer:
         sizes = None
         if spec.collector.cuda_graph:  # batches of 1, 2, 4, ... collectors' cars
             sizes = bucket_sizes(link.cars, len(link.pending))
-        self.policy_cvar = spec.network.policy_cvar
+        risk = spec.network.risk
+        self.explore_cvar = risk.explore
         self.frozen, self.graphed = greedy_and_graphs(
-            self.live,
-            self.k,
-            n_cars,
-            spec.network.greedy_cvar,
-            self.gen,
-            sizes,
-            self.precision,
-            self.policy_cvar,
+            self.live, self.k, n_cars, risk, self.gen, sizes, self.precision
         )
         self.stage = HostStage(link, self.device)
         self.batches = 0
@@ -217,7 +211,7 @@ class InferenceServer:
                 cars,
                 self.greedy,
                 self.graphed,
-                self.policy_cvar,
+                self.explore_cvar,
             )
         link.q[rows] = q.float().cpu()
         link.bound[rows] = torch.from_numpy(self.frozen.bound[cars])

@@ -58,7 +58,7 @@ def make_policy(
     frames: Callable[[], int],
     remote: RemoteQ | None = None,
 ) -> BatchedPolicy:
-    """A collector's policy (exploration, the network's inference taus and greedy_cvar, the
+    """A collector's policy (exploration, the network's inference taus and risk levels, the
     collector's precision); with `remote` (and no `live` network) an inference server
     computes the Q values."""
     return BatchedPolicy(
@@ -68,9 +68,8 @@ def make_policy(
         n_cars,
         seed,
         frames,
-        greedy_cvar=spec.network.greedy_cvar,
+        risk=spec.network.risk,
         remote=remote,
-        policy_cvar=spec.network.policy_cvar,
         precision=spec.collector.precision,
         cuda_graph=spec.collector.cuda_graph,
     )

@@ -309,6 +309,15 @@ def compiled_loss(mode: str, compile_loss: bool) -> Callable[..., tuple]:
     return torch.compile(iqn_loss, mode=mode) if compile_loss else iqn_loss
 
 
+def count_manual_step(opt) -> None:
+    """Count a step that bypassed LightningOptimizer.step. Lightning counts manual
+    optimisation steps (trainer.global_step) only there, and global_step drives weight
+    publishing, checkpoint steps, metric steps and trainer.max_steps; the captured step
+    steps the raw optimizer inside its graph, so without this a run never publishes."""
+    opt._on_before_step()
+    opt._on_after_step()
+
+
 class IQNLightningModule(L.LightningModule):
     """Learns IQN on collated mini-race batches; see the module docstring."""
 
@@ -458,6 +467,7 @@ class IQNLightningModule(L.LightningModule):
         self.samples_learned += b
         if self.cfg.cuda_graph:
             out = self._captured_update(batch, opt.optimizer, lr)
+            count_manual_step(opt)
             loss, per_sample = out["train/loss"], out["per_sample"]
         else:
             for group in opt.param_groups:
