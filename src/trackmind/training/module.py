@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 import lightning as L
 import torch
+from lightning.pytorch.core.optimizer import LightningOptimizer
 from omegaconf import MISSING
 
 from trackmind.agent.loss import Munchausen, NonFiniteGuard, bound_clipped_share, iqn_loss
@@ -309,7 +310,7 @@ def compiled_loss(mode: str, compile_loss: bool) -> Callable[..., tuple]:
     return torch.compile(iqn_loss, mode=mode) if compile_loss else iqn_loss
 
 
-def count_manual_step(opt) -> None:
+def count_manual_step(opt: LightningOptimizer) -> None:
     """Count a step that bypassed LightningOptimizer.step. Lightning counts manual
     optimisation steps (trainer.global_step) only there, and global_step drives weight
     publishing, checkpoint steps, metric steps and trainer.max_steps; the captured step
