@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 from smoke_cli import resume_args, smoke_args, unbuffered_env
 
@@ -68,7 +69,10 @@ def _wait_for_collector(proc: subprocess.Popen, timeout_s: float = 60) -> int:
 
 def test_smoke_run_learns_syncs_weights_and_records_races(tmp_path):
     t0 = time.monotonic()
-    res = subprocess.run(_args(tmp_path), capture_output=True, text=True, env=_env(), timeout=180)
+    held_out = ("validation.maps=[procedural:7]", "validation.every_s=1")
+    res = subprocess.run(
+        _args(tmp_path, *held_out), capture_output=True, text=True, env=_env(), timeout=180
+    )
     elapsed = time.monotonic() - t0
     assert res.returncode == 0, res.stderr[-3000:]
     assert elapsed < 60, f"smoke run took {elapsed:.0f} s"
@@ -89,11 +93,19 @@ def test_smoke_run_learns_syncs_weights_and_records_races(tmp_path):
         "race/starter/finish_rate",
         "throughput/samples_per_s",
         "objective",
+        "validation/progress",
     ):
         assert metric in run.data.metrics, metric
     for share in ("throughput/learner_wait_share", "throughput/learner_sample_share"):
         assert 0.0 <= run.data.metrics[share] <= 1.0, share
     assert run.data.tags["overrides"].startswith("debug=smoke")
+    # the held-out map was raced (at the end at least); validated.pt kept the best
+    rows = s["validation"]
+    assert rows and rows[0]["kept"] and rows[-1]["step"] == 40
+    assert all(0.0 < r["validation/progress"] <= 1.0 for r in rows)
+    kept = torch.load(tmp_path / "run" / "validated.pt", weights_only=True)
+    assert kept["validation"]["maps"][0]["map"] == "procedural:7"
+    assert kept["validation"]["step"] == max(r["step"] for r in rows if r["kept"])
     # the final network evaluates greedily on a procedural map it never saw
     ckpt = tmp_path / "run" / "agent.pt"
     res = subprocess.run(
@@ -277,6 +289,9 @@ def _plan(*overrides: str):
         (["network.n_quantiles_train=7"], "network.n_quantiles_train"),
         (["reward.terms.progress.weight=fast"], "reward.terms.progress.weight"),
         (["+learner.momentum=0.9"], "learner.momentum"),
+        (["validation.maps=[starter]"], "validation.maps"),  # a training map is not held out
+        (["validation.maps=[procedural:7,nowhere]"], "validation.maps[1]"),
+        (["validation.every_s=0"], "validation.every_s"),
     ],
 )
 def test_bad_config_is_refused_naming_the_key(overrides, key):

@@ -29,6 +29,7 @@ from trackmind.training.schema import (
     TrainerConfig,
     check_trainer_machine,
 )
+from trackmind.training.validation import ValidationConfig, check_validation_maps
 
 if TYPE_CHECKING:
     from trackmind.agent.network import IQNNetwork
@@ -90,6 +91,7 @@ class RunPlan:
     trainer: TrainerConfig
     logger: LoggerConfig
     checkpoint: CheckpointConfig
+    validation: ValidationConfig
     collectors: CollectorSpec
 
     def new_network(self) -> IQNNetwork:
@@ -153,6 +155,8 @@ def plan_run(cfg: Any) -> RunPlan:
     checkpoint = check_schema(top.checkpoint, CheckpointConfig, "checkpoint")
     cycle = MapCycle.from_config(top.map.get("cycle"), "map.cycle")
     check_schema(top.map, MapConfig, "map")
+    validation = check_schema(top.validation, ValidationConfig, "validation")
+    check_validation_maps(validation, [e.name for e in cycle.entries], env.get("backend", "sim"))
     # real game / real time: settings, maps, servers answering
     load(GAME_RUN_CHECK)(env, collector, cycle)
     stats = obs.term(FLOATS)
@@ -161,6 +165,7 @@ def plan_run(cfg: Any) -> RunPlan:
     # the record (checkpoints, MLflow params) keeps the values as they were checked
     record.update(asdict(run), learner=asdict(learner), collector=asdict(collector))
     record.update(trainer=asdict(trainer), logger=asdict(logger), checkpoint=asdict(checkpoint))
+    record.update(validation=asdict(validation))
     return RunPlan(
         cfg=record,
         cycle=cycle,
@@ -178,6 +183,7 @@ def plan_run(cfg: Any) -> RunPlan:
         trainer=trainer,
         logger=logger,
         checkpoint=checkpoint,
+        validation=validation,
         collectors=CollectorSpec(
             collector=collector,
             env=env,

@@ -55,6 +55,7 @@ from trackmind.training.race_media import BestRaceMedia
 from trackmind.training.race_stats import RaceStats
 from trackmind.training.schema import TrainerConfig
 from trackmind.training.stop_signal import StopAtStepBoundary
+from trackmind.training.validation import ValidationCallback, ValidationRaces
 
 log = logging.getLogger(__name__)
 FAIL_RATIO = 10.0
@@ -292,6 +293,7 @@ class RunParts:
     metrics_cb: RaceMetricsCallback
     pruning: TrialPruning
     callbacks: list
+    validation: ValidationCallback | None = None
 
 
 def wire_run(plan: RunPlan, output_dir: Path, learner: Learner) -> RunParts:
@@ -323,6 +325,9 @@ def wire_run(plan: RunPlan, output_dir: Path, learner: Learner) -> RunParts:
         media,
         pruning,
     ]
+    validation = validation_callback(plan, output_dir)
+    if validation is not None:
+        callbacks.append(validation)
     if plan.trainer.progress_bar:
         callbacks.append(RaceProgressBar(metrics_cb, budget_s=plan.trainer.max_time_s))
     return RunParts(
@@ -336,7 +341,19 @@ def wire_run(plan: RunPlan, output_dir: Path, learner: Learner) -> RunParts:
         metrics_cb,
         pruning,
         callbacks,
+        validation,
     )
+
+
+def validation_callback(plan: RunPlan, output_dir: Path) -> ValidationCallback | None:
+    """validated.pt's keeper when `validation.maps` names held-out maps (None otherwise)."""
+    v = plan.validation
+    if not v.maps:
+        return None
+    spec = plan.collectors
+    races = ValidationRaces(v.maps, spec.env, spec.reward, plan.new_network)
+    path = output_dir / "validated.pt"
+    return ValidationCallback(races, v.every_s, path, plan.cfg, plan.network)
 
 
 def write_summary(
@@ -365,6 +382,7 @@ def write_summary(
         "mlflow_run_id": getattr(logger, "run_id", None),
         "stopped_by": figures.pop("stopped_by"),
         "pruned_at_minute": parts.pruning.pruned_at,
+        "validation": parts.validation.history if parts.validation is not None else [],
         "pid": os.getpid(),
     }
     path = parts.output_dir / "summary.json"
@@ -421,10 +439,10 @@ def train(
 
 def run_files(summary: Path, agent: Path) -> list[Path]:
     """What a run logs as MLflow artifacts at its end: summary.json, agent.pt (the final
-    weights) and best.pt (the weights of its best greedy race, the objective's) if a greedy
-    race finished."""
-    best = agent.parent / "best.pt"
-    return [summary, agent, *([best] if best.is_file() else [])]
+    weights), best.pt (the weights of its best greedy race, the objective's) if a greedy
+    race finished, and validated.pt (the best on the validation maps) if it has some."""
+    kept = [agent.parent / "best.pt", agent.parent / "validated.pt"]
+    return [summary, agent, *(p for p in kept if p.is_file())]
 
 
 def epsilon_at(explorer: Any, shared: SharedHandles) -> float:

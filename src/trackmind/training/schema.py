@@ -52,6 +52,7 @@ class TrainConfig(RunConfig):
     trainer: Group = MISSING
     logger: Group = MISSING
     checkpoint: Group | None = None
+    validation: Group | None = None
     # Hydra's and the launchers' own keys: not read by plan_run
     output_dir: Any = None
     debug: Any = None

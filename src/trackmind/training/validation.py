@@ -1,0 +1,207 @@
+"""Validation races: keep the weights that drive maps the run never trains on.
+
+best.pt keeps the weights of the best greedy race on a training map, which is speed on a
+map already learned. That is not what carries to a map never seen: raced zero-shot on real
+circuits, best.pt finished fewer than the final weights, and checkpoints five minutes
+apart differed by several circuits (docs/benchmarks.md). A generalist is chosen the way a
+supervised model is: on held-out data. With `validation.maps`, the learner races its acting
+weights greedily on those maps every `validation.every_s` seconds, in one batched sim race
+with one car per map, and writes validated.pt when they score better than any before.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+
+from trackmind.errors import ConfigError, require
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ValidationConfig:
+    """train.yaml `validation`: held-out maps raced greedily to choose validated.pt."""
+
+    maps: list[str] = field(default_factory=list)  # empty: no validation races
+    every_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        require(
+            self.every_s > 0, "validation.every_s", f"must be > 0 seconds, got {self.every_s!r}"
+        )
+        dup = sorted({m for m in self.maps if self.maps.count(m) > 1})
+        require(not dup, "validation.maps", f"lists {', '.join(dup)} more than once")
+
+
+def check_validation_maps(validation: ValidationConfig, training: Sequence[str], backend: str):
+    """The maps are held out, load, and race in the sim; ConfigError naming the key if not."""
+    if not validation.maps:
+        return
+    require(
+        backend == "sim",
+        "validation.maps",
+        f"validation races run in the built-in sim, not env.backend={backend}; set "
+        "validation.maps=[]",
+    )
+    seen = sorted(set(validation.maps) & set(training))
+    require(not seen, "validation.maps", f"{', '.join(seen)} is also a training map (map.cycle)")
+    from trackmind.evaluation import loadable_cycle
+
+    _, failed = loadable_cycle(list(validation.maps))
+    if failed:
+        name, problem = failed[0]
+        raise ConfigError(f"validation.maps[{validation.maps.index(name)}]", f"{name}: {problem}")
+
+
+@dataclass(frozen=True)
+class ValidationResult:
+    """One validation: each map's furthest share of the track and ratio (None: no finish)."""
+
+    progress: tuple[float, ...]
+    ratios: tuple[float | None, ...]
+
+    @property
+    def finished(self) -> int:
+        return sum(r is not None for r in self.ratios)
+
+    def metrics(self) -> dict[str, float]:
+        done = [r for r in self.ratios if r is not None]
+        return {
+            "validation/finished": float(self.finished),
+            "validation/progress": float(np.mean(self.progress)),
+            "validation/ratio_median": statistics.median(done) if done else math.nan,
+        }
+
+
+def validation_score(result: ValidationResult) -> tuple[int, float, float]:
+    """Higher is better: maps finished first, then the mean share of the track covered, then
+    the mean ratio of the finished maps (lower is faster). Finishing one more unseen map
+    outweighs any speed, as the zero-shot target counts finishes."""
+    done = [r for r in result.ratios if r is not None]
+    mean_ratio = sum(done) / len(done) if done else math.inf
+    return result.finished, float(np.mean(result.progress)), -mean_ratio
+
+
+class ValidationRaces:
+    """One car per held-out map in a VecRace, raced greedily with a CPU copy of the weights."""
+
+    def __init__(self, maps: Sequence[str], env: Any, reward: Any, new_network: Any) -> None:
+        from trackmind.env.build import make_race
+        from trackmind.env.rollout import GameInstanceManager
+        from trackmind.evaluation import loadable_cycle
+        from trackmind.sim.reference import reference_time_ms
+
+        cycle, _ = loadable_cycle(list(maps))  # checked by plan_run: every map loads
+        self.names = [e.name for e in cycle.entries]
+        self.lengths = [e.track.length_m for e in cycle.entries]
+        self.references = [reference_time_ms(e.track) for e in cycle.entries]
+        self.entries = cycle.entries
+        race = make_race(env, reward, n_cars=len(self.entries), maps=self.entries[0].track)
+        self.gim = GameInstanceManager(race, cycle)
+        self.net = new_network().eval()
+
+    def run(self, weights: dict, k: int, cvar: float) -> ValidationResult:
+        """Every map's first greedy race with these weights (the quantile midpoints as taus,
+        so the result depends on the weights alone)."""
+        from trackmind.env.map_cycle import MapCycle
+        from trackmind.evaluation import observation_q
+
+        self.net.load_state_dict(weights)
+        gim, n = self.gim, len(self.names)
+        gim.cycle = MapCycle(self.entries)  # from its start: car i races map i
+        gim.begin()
+        first: list[dict | None] = [None] * n
+        while any(r is None for r in first):
+            q = observation_q(self.net, gim.obs, k, midpoint=True, cvar=cvar)
+            for c, r in gim.advance(q.argmax(axis=1), q, np.ones(n, bool)):
+                if first[c] is None:
+                    first[c] = r
+        progress, ratios = [], []
+        for r, length, ref in zip(first, self.lengths, self.references):
+            progress.append(min(1.0, max(r["meters_advanced_along_centerline"]) / length))
+            ratios.append(r["race_time"] / ref if r["finished"] else None)
+        return ValidationResult(tuple(progress), tuple(ratios))
+
+    def close(self) -> None:
+        self.gim.race.close()
+
+
+class ValidationCallback(L.Callback):
+    """Races the acting weights on the validation maps every `every_s` seconds and at the
+    end of fit; logs validation/* metrics and keeps the best weights as validated.pt."""
+
+    def __init__(
+        self, races: ValidationRaces, every_s: float, path: Path, cfg: dict, network: Any
+    ) -> None:
+        self.races, self.every_s, self.path, self.cfg = races, float(every_s), Path(path), cfg
+        self.k, self.cvar = network.n_quantiles_inference, network.greedy_cvar
+        self.best: tuple | None = None
+        self.history: list[dict] = []  # one row per validation (summary.json)
+        self._start = self._last = time.monotonic()
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self._start = self._last = time.monotonic()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if time.monotonic() - self._last >= self.every_s:
+            self.validate(trainer, pl_module)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self.validate(trainer, pl_module)
+
+    def teardown(self, trainer, pl_module, stage) -> None:
+        self.races.close()
+
+    def state_dict(self) -> dict:
+        """The best score so far travels in checkpoints: a resumed run replaces validated.pt
+        only with better weights."""
+        return {"best": None if self.best is None else list(self.best)}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        best = state_dict.get("best")
+        self.best = None if best is None else tuple(best)
+
+    def validate(self, trainer, pl_module) -> ValidationResult:
+        t0 = time.monotonic()
+        weights = {k: v.detach().cpu().clone() for k, v in pl_module.acting.state_dict().items()}
+        result = self.races.run(weights, self.k, self.cvar)
+        score = validation_score(result)
+        kept = self.best is None or score > self.best
+        minute = (t0 - self._start) / 60
+        if kept:
+            self.best = score
+            record = {"minute": minute, "step": int(trainer.global_step), "maps": self.rows(result)}
+            torch.save({"network": weights, "config": self.cfg, "validation": record}, self.path)
+        m = result.metrics()
+        m["validation/seconds"] = time.monotonic() - t0
+        if trainer.logger is not None:
+            trainer.logger.log_metrics(m, step=trainer.global_step)
+        self.history.append(
+            {"minute": round(minute, 2), "step": int(trainer.global_step), "kept": kept, **m}
+        )
+        log.info(
+            "validation at %.1f min: %d of %d maps finished%s",
+            minute,
+            result.finished,
+            len(self.races.names),
+            " (validated.pt)" if kept else "",
+        )
+        self._last = time.monotonic()
+        return result
+
+    def rows(self, result: ValidationResult) -> list[dict]:
+        return [
+            {"map": name, "progress": round(p, 4), "ratio": r}
+            for name, p, r in zip(self.races.names, result.progress, result.ratios)
+        ]

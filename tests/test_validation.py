@@ -1,0 +1,146 @@
+"""Validation races: the score that chooses validated.pt, the races, and the keeper."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+from specs import smoke_plan
+
+from trackmind.errors import ConfigError
+from trackmind.training.validation import (
+    ValidationCallback,
+    ValidationConfig,
+    ValidationRaces,
+    ValidationResult,
+    check_validation_maps,
+    validation_score,
+)
+
+
+def test_score_counts_finishes_then_coverage_then_speed():
+    a = ValidationResult(progress=(1.0, 0.5), ratios=(1.2, None))
+    b = ValidationResult(progress=(1.0, 1.0), ratios=(1.5, 1.6))
+    c = ValidationResult(progress=(1.0, 0.7), ratios=(1.4, None))
+    assert validation_score(a) == (1, 0.75, -1.2)
+    assert validation_score(b) == (2, 1.0, -1.55)
+    assert validation_score(c) == (1, 0.85, -1.4)
+    # one more finish outweighs any speed; at equal finishes, more of the track does
+    assert validation_score(b) > validation_score(c) > validation_score(a)
+    none = ValidationResult(progress=(0.2, 0.4), ratios=(None, None))
+    assert validation_score(none) == (0, pytest.approx(0.3), -math.inf)
+    fast = ValidationResult(progress=(1.0, 0.5), ratios=(1.1, None))
+    assert validation_score(fast) > validation_score(a)  # same finishes and coverage: faster
+
+
+def test_metrics_of_a_validation():
+    m = ValidationResult(progress=(1.0, 0.5, 1.0), ratios=(1.2, None, 1.4)).metrics()
+    assert m == {
+        "validation/finished": 2.0,
+        "validation/progress": pytest.approx(2.5 / 3),
+        "validation/ratio_median": pytest.approx(1.3),
+    }
+    assert math.isnan(ValidationResult((0.1,), (None,)).metrics()["validation/ratio_median"])
+
+
+def test_config_is_checked_naming_the_key():
+    with pytest.raises(ConfigError, match=r"^validation.every_s:"):
+        ValidationConfig(maps=[], every_s=-1)
+    with pytest.raises(ConfigError, match=r"^validation.maps: lists narrow:3 more than once"):
+        ValidationConfig(maps=["narrow:3", "narrow:3"])
+    v = ValidationConfig(maps=["procedural:7"])
+    with pytest.raises(ConfigError, match=r"^validation.maps: .*env.backend=tminterface"):
+        check_validation_maps(v, ["starter"], "tminterface")
+    with pytest.raises(ConfigError, match=r"^validation.maps: procedural:7 is also a training"):
+        check_validation_maps(v, ["procedural:7"], "sim")
+    check_validation_maps(ValidationConfig(), ["starter"], "tminterface")  # off: nothing to check
+
+
+@pytest.fixture(scope="module")
+def races():
+    plan = smoke_plan("validation.maps=[procedural:7,narrow:3]")
+    spec = plan.collectors
+    r = ValidationRaces(plan.validation.maps, spec.env, spec.reward, plan.new_network)
+    yield r, plan
+    r.close()
+
+
+def test_races_one_car_per_map_and_depend_on_the_weights_alone(races):
+    r, plan = races
+    assert r.names == ["procedural:7", "narrow:3"]
+    weights = plan.new_network().state_dict()
+    first = r.run(weights, k=8, cvar=1.0)
+    assert len(first.progress) == 2 and all(0.0 <= p <= 1.0 for p in first.progress)
+    assert r.run(weights, k=8, cvar=1.0) == first  # midpoint taus, fresh start: the same
+
+
+class _Logger:
+    def __init__(self):
+        self.logged: list[dict] = []
+
+    def log_metrics(self, m, step):
+        self.logged.append(dict(m, step=step))
+
+
+class _Races:
+    """Stand-in races: each validation returns the next of the given results."""
+
+    names = ["a", "b"]
+
+    def __init__(self, results):
+        self.results = list(results)
+
+    def run(self, weights, k, cvar):
+        return self.results.pop(0)
+
+
+def test_keeper_writes_validated_pt_only_for_a_better_score(tmp_path):
+    results = [
+        ValidationResult((1.0, 0.4), (1.3, None)),  # first: kept
+        ValidationResult((0.9, 0.4), (None, None)),  # worse: not kept
+        ValidationResult((1.0, 1.0), (1.4, 1.5)),  # two finishes: kept
+    ]
+    path = tmp_path / "validated.pt"
+    net = torch.nn.Linear(2, 1)
+    cb = ValidationCallback(
+        _Races(results),
+        60.0,
+        path,
+        {"seed": 3},
+        SimpleNamespace(n_quantiles_inference=8, greedy_cvar=1.0),
+    )
+    logger = _Logger()
+    kept_weights = []
+    for step in (10, 20, 30):
+        with torch.no_grad():
+            net.weight.fill_(step)
+        cb.validate(SimpleNamespace(global_step=step, logger=logger), SimpleNamespace(acting=net))
+        kept_weights.append(torch.load(path, weights_only=True)["network"]["weight"][0, 0].item())
+    assert kept_weights == [10.0, 10.0, 30.0]
+    # between validations a batch end does nothing; every_s after the last, it validates
+    trainer = SimpleNamespace(global_step=31, logger=None)
+    cb.on_train_batch_end(trainer, SimpleNamespace(acting=net), None, None, 0)
+    assert len(cb.history) == 3
+    cb._last -= 61.0
+    cb.races.results.append(results[1])
+    cb.on_train_batch_end(trainer, SimpleNamespace(acting=net), None, None, 0)
+    assert len(cb.history) == 4 and cb.history[-1]["step"] == 31
+    assert [row["kept"] for row in cb.history] == [True, False, True, False]
+    saved = torch.load(path, weights_only=True)
+    assert saved["config"] == {"seed": 3} and saved["validation"]["step"] == 30
+    assert [m["map"] for m in saved["validation"]["maps"]] == ["a", "b"]
+    assert [m["validation/finished"] for m in logger.logged] == [1.0, 0.0, 2.0]
+    # a resumed run's keeper starts from the best score so far
+    again = ValidationCallback(
+        _Races([results[1]]),
+        60.0,
+        path,
+        {},
+        SimpleNamespace(n_quantiles_inference=8, greedy_cvar=1.0),
+    )
+    again.load_state_dict(cb.state_dict())
+    again.validate(SimpleNamespace(global_step=40, logger=None), SimpleNamespace(acting=net))
+    assert not again.history[-1]["kept"]
+    assert torch.load(path, weights_only=True)["validation"]["step"] == 30
