@@ -9,7 +9,8 @@ No table in docs/ is kept by hand. A page holds a generated table between
 - `config-groups`: the Hydra groups and options found in conf/, with what each group is for
   (docs/results/config-groups.json);
 - a file docs/results/NAME.json: `scripts/drive.py --json` output (a map table),
-  `trackmind-evaluate --json` output (greedy races of a checkpoint), a
+  `trackmind-evaluate --json` output (greedy races of a checkpoint),
+  `{"checkpoints": {label: NAME}}` (several such outputs side by side), a
   `scripts/bench_learning.py --results` file of short screening runs (a lever table, each
   lever's seeds side by side), `{"pairs": [[arm run, control run], ...]}` (an arm beside
   its same-day control, seed by seed, drawn from docs/bench_learning.json), or
@@ -83,6 +84,31 @@ def evaluation_table(result: dict) -> str:
         )
     columns = ["map", "finished", "best time", "reference", "ratio", "last race"]
     return markdown_table(columns, rows)
+
+
+def checkpoints_table(data: dict) -> str:
+    """Several checkpoints raced on the same maps (`{"checkpoints": {label: evaluation result
+    file under docs/results}}`): a column per checkpoint, its ratio or where its race ended,
+    and the count each finished of the maps of each kind (generated, imported)."""
+    results = {
+        label: {r["map"]: r for r in json.loads((RESULTS / f"{f}.json").read_text())["maps"]}
+        for label, f in data["checkpoints"].items()
+    }
+    maps = list(dict.fromkeys(m for by_map in results.values() for m in by_map))
+
+    def cell(r: dict | None) -> str:
+        if r is None:
+            return "-"
+        return f"{r['ratio']:.3f}" if r["best_s"] is not None else f"stop at {r['progress']:.0%}"
+
+    rows = [[Path(m).name, *(cell(by_map.get(m)) for by_map in results.values())] for m in maps]
+    for kind, is_kind in (("generated", lambda m: ":" in m), ("imported", lambda m: ":" not in m)):
+        counts = []
+        for by_map in results.values():
+            mine = [r for m, r in by_map.items() if is_kind(m)]
+            counts.append(f"**{sum(r['best_s'] is not None for r in mine)} of {len(mine)}**")
+        rows.append([f"finished, {kind} maps", *counts])
+    return markdown_table(["map", *results], rows)
 
 
 def config_groups_table() -> str:
@@ -244,6 +270,8 @@ def render(name: str) -> str:
     data = json.loads(path.read_text())
     if "checkpoint" in data:
         return evaluation_table(data)
+    if "checkpoints" in data:
+        return checkpoints_table(data)
     if "maps" in data:
         return drive_table(data)
     if is_screen(data):
