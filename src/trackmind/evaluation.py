@@ -14,13 +14,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from trackmind.agent.inference import greedy_q
+from trackmind.agent.inference import observation_q
 from trackmind.agent.network_config import build_network, network_config
 from trackmind.env.build import make_race
-from trackmind.env.map_cycle import MapCycle
+from trackmind.env.map_cycle import loadable_cycle
 from trackmind.env.observations import FLOATS
 from trackmind.env.rollout import GameInstanceManager
-from trackmind.errors import ConfigError
 from trackmind.game.actions import ACTION_NAMES
 from trackmind.sim.reference import reference_time_ms
 from trackmind.training.factory import recorded_config
@@ -109,22 +108,6 @@ def evaluate(
     return rows
 
 
-def loadable_cycle(maps: list[str | dict]):
-    """(MapCycle of the maps that load, or None; [(map, one-line problem)] of the others)."""
-
-    entries = [{"map": m} if isinstance(m, str) else dict(m) for m in maps]
-    once = {str(e["map"]): {**e, "exploration": 0, "greedy": 1} for e in entries}  # map once
-    good, failed = [], []
-    for name, entry in once.items():
-        try:
-            MapCycle.from_config([entry], key="map")
-        except ConfigError as e:
-            failed.append((name, str(e).removeprefix("map[0].map: ")))
-            continue
-        good.append(entry)
-    return (MapCycle.from_config(good) if good else None), failed
-
-
 def checkpoint_network(race, cfg, ckpt: dict):
     """(the checkpoint's network in eval mode, its NetworkConfig), built as it was trained
     for this race's observations; ValueError when the weights are of another architecture."""
@@ -138,15 +121,6 @@ def checkpoint_network(race, cfg, ckpt: dict):
         first = str(e).splitlines()[1].strip() if "\n" in str(e) else str(e)
         raise ValueError(f"checkpoint network does not match its config: {first}") from None
     return net.eval(), network
-
-
-def observation_q(
-    net, obs: dict, k: int, generator=None, midpoint: bool = True, cvar: float = 1.0
-) -> np.ndarray:
-    """Q values (cars, actions) of one race observation: the frame if the race has one, the
-    floats, k taus (the quantile midpoints unless `midpoint` is False)."""
-    img = torch.from_numpy(obs["frame"]) if "frame" in obs else None
-    return greedy_q(net, img, torch.from_numpy(obs[FLOATS]), k, generator, midpoint, cvar).numpy()
 
 
 def checkpoint_race(path: str, map_name: str):

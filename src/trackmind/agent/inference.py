@@ -11,9 +11,11 @@ import warnings
 from collections.abc import Callable
 from contextlib import nullcontext
 
+import numpy as np
 import torch
 
 from trackmind.agent.network import IQNNetwork, conv_layout_for, midpoint_taus, random_taus
+from trackmind.env.observations import FLOATS
 
 MODES = ("none", "script", "compile")
 Forward = Callable[[torch.Tensor | None, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -135,3 +137,12 @@ def greedy_q(
         else:
             taus = random_taus(b, k, generator, dev) * cvar
         return net(img, floats, taus).mean(dim=1)
+
+
+def observation_q(
+    net, obs: dict, k: int, generator=None, midpoint: bool = True, cvar: float = 1.0
+) -> np.ndarray:
+    """Q values (cars, actions) of one race observation: the frame if the race has one, the
+    floats, k taus (the quantile midpoints unless `midpoint` is False)."""
+    img = torch.from_numpy(obs["frame"]) if "frame" in obs else None
+    return greedy_q(net, img, torch.from_numpy(obs[FLOATS]), k, generator, midpoint, cvar).numpy()

@@ -121,3 +121,19 @@ class MapCycle:
         if all(e.exploration + e.greedy == 0 for e in entries):
             raise ConfigError(key, "every entry has 0 races")
         return cls(entries)
+
+
+def loadable_cycle(maps: list[str | dict]) -> tuple[MapCycle | None, list[tuple[str, str]]]:
+    """(MapCycle of the maps that load, once each and greedily, or None; [(map, one-line
+    problem)] of the others): evaluation and validation races skip or refuse a bad map alone."""
+    entries = [{"map": m} if isinstance(m, str) else dict(m) for m in maps]
+    once = {str(e["map"]): {**e, "exploration": 0, "greedy": 1} for e in entries}  # map once
+    good, failed = [], []
+    for name, entry in once.items():
+        try:
+            MapCycle.from_config([entry], key="map")
+        except ConfigError as e:
+            failed.append((name, str(e).removeprefix("map[0].map: ")))
+            continue
+        good.append(entry)
+    return (MapCycle.from_config(good) if good else None), failed

@@ -56,7 +56,7 @@ def check_validation_maps(validation: ValidationConfig, training: Sequence[str],
     )
     seen = sorted(set(validation.maps) & set(training))
     require(not seen, "validation.maps", f"{', '.join(seen)} is also a training map (map.cycle)")
-    from trackmind.evaluation import loadable_cycle
+    from trackmind.env.map_cycle import loadable_cycle
 
     _, failed = loadable_cycle(list(validation.maps))
     if failed:
@@ -98,8 +98,8 @@ class ValidationRaces:
 
     def __init__(self, maps: Sequence[str], env: Any, reward: Any, new_network: Any) -> None:
         from trackmind.env.build import make_race
+        from trackmind.env.map_cycle import loadable_cycle
         from trackmind.env.rollout import GameInstanceManager
-        from trackmind.evaluation import loadable_cycle
         from trackmind.sim.reference import reference_time_ms
 
         cycle, _ = loadable_cycle(list(maps))  # checked by plan_run: every map loads
@@ -114,8 +114,8 @@ class ValidationRaces:
     def run(self, weights: dict, k: int, cvar: float) -> ValidationResult:
         """Every map's first greedy race with these weights (the quantile midpoints as taus,
         so the result depends on the weights alone)."""
+        from trackmind.agent.inference import observation_q
         from trackmind.env.map_cycle import MapCycle
-        from trackmind.evaluation import observation_q
 
         self.net.load_state_dict(weights)
         gim, n = self.gim, len(self.names)
