@@ -91,3 +91,30 @@ def test_best_race_media_draws_and_logs_to_mlflow(tmp_path):
     assert not media.pending and media.flush(logger, step=8) == []  # nothing new to draw
     logged = {a.path for a in logger.experiment.list_artifacts(logger.run_id, "media/starter")}
     assert logged == {f"media/starter/{n}" for n in names}
+
+
+def test_draw_order_puts_maps_never_drawn_first_then_the_least_recent():
+    from trackmind.training.race_media import draw_order
+
+    pending = {"b": {}, "a": {}, "c": {}, "d": {}}
+    assert draw_order(pending, {}) == ["a", "b", "c", "d"]
+    assert draw_order(pending, {"a": 5.0, "b": 2.0, "d": 9.0}) == ["c", "b", "a", "d"]
+
+
+def test_a_budgeted_flush_draws_one_race_at_least_and_keeps_the_rest(tmp_path):
+    from trackmind.training.race_media import BestRaceMedia
+
+    track = load_map("starter")
+    s = np.arange(0.0, 1.0, 0.05) * 20.0 + track.start_s
+    pos = np.stack([track.point_at(v) for v in s])
+    race = {"positions": pos, "speeds": np.full(len(s), 20.0), "race_time": 9_000}
+    tracks = {name: track for name in ("m1", "m2", "m3")}
+    media = BestRaceMedia(tmp_path / "out", tracks, every_s=3600, share=1e-9)
+    for name in tracks:
+        media.record({**race, "map": name})
+    first = media.flush(None, step=1, budget_s=0.0)  # no time at all: still one race
+    assert [f.name for f in first] == ["m1_step1_9.00s.png", "m1_step1_9.00s.gif"]
+    assert sorted(media.pending) == ["m2", "m3"]
+    media.record({**race, "map": "m1", "race_time": 8_000})  # m1 again: drawn last
+    assert [f.name[:2] for f in media.flush(None, step=2, budget_s=0.0)] == ["m2", "m2"]
+    assert len(media.flush(None, step=3)) == 4 and not media.pending  # no budget: all

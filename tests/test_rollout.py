@@ -10,6 +10,7 @@ from trackmind.env.map_cycle import MapCycle
 from trackmind.env.rollout import GameInstanceManager
 from trackmind.errors import ConfigError
 from trackmind.sim.driver import PurePursuitDriver
+from trackmind.sim.mapio import load_map
 
 PER_ACTION = ["actions", "action_was_greedy", "q_values", "rewards", "input_w"]
 PER_STATE = [
@@ -121,9 +122,18 @@ def test_cut_race_has_no_race_time():
         ([], "map.cycle"),
         ([{"map": "starter", "exploration": 0, "greedy": 0}], "map.cycle"),
         (["procedural:x"], "map.cycle[0].map"),
+        (["starter", "narrow:9-3"], "map.cycle[1].map"),  # a range runs upwards
+        (["procedural:1-99999"], "map.cycle[0].map"),  # too many maps for one range
     ],
 )
 def test_bad_map_cycle_names_the_key(cfg, key):
     with pytest.raises(ConfigError) as e:
         MapCycle.from_config(cfg)
     assert str(e.value).startswith(key + ":")
+
+
+def test_a_seed_range_is_an_entry_per_map_with_its_settings():
+    cycle = MapCycle.from_config(["starter", {"map": "narrow:3-5", "exploration": 2}])
+    assert [e.name for e in cycle.entries] == ["starter", "narrow:3", "narrow:4", "narrow:5"]
+    assert [e.exploration for e in cycle.entries] == [4, 2, 2, 2]
+    assert cycle.entries[2].track.fingerprint() == load_map("narrow:4").fingerprint()

@@ -5,8 +5,10 @@ import pytest
 
 from trackmind.sim.mapio import import_csv, import_npy, load_map, save_map
 from trackmind.sim.maps import (
+    MAX_SEED_RANGE,
     builtin_map,
     builtin_names,
+    expand_seed_range,
     grandprix_map,
     line_from_recipe,
     narrow_map,
@@ -17,6 +19,29 @@ from trackmind.sim.track import RUN_UP_M, MapError, Track, curvature
 
 def straight(n=50, step=2.0):
     return np.stack([np.arange(n) * step, np.zeros(n)], axis=1)
+
+
+@pytest.mark.parametrize(
+    "spec, names",
+    [
+        ("narrow:3-5", ["narrow:3", "narrow:4", "narrow:5"]),
+        ("procedural:7-7", ["procedural:7"]),
+        ("grandprix:0-1", ["grandprix:0", "grandprix:1"]),
+        ("procedural:7", ["procedural:7"]),  # one map
+        ("starter", ["starter"]),
+        ("maps/a-b.csv", ["maps/a-b.csv"]),  # a file, whatever its name
+        ("nowhere:1-3", ["nowhere:1-3"]),  # not a family: load_map names the problem
+    ],
+)
+def test_a_seed_range_names_every_seed_in_it(spec, names):
+    assert expand_seed_range(spec) == names
+
+
+def test_a_bad_seed_range_is_refused():
+    with pytest.raises(MapError, match="from the lower seed to the higher"):
+        expand_seed_range("narrow:5-3")
+    with pytest.raises(MapError, match=f"at most {MAX_SEED_RANGE}"):
+        expand_seed_range(f"narrow:0-{MAX_SEED_RANGE}")
 
 
 def test_builtin_maps_have_distinct_character():

@@ -55,14 +55,19 @@ def test_config_is_checked_naming_the_key():
         check_validation_maps(v, ["starter"], "tminterface")
     with pytest.raises(ConfigError, match=r"^validation.maps: procedural:7 is also a training"):
         check_validation_maps(v, ["procedural:7"], "sim")
-    check_validation_maps(ValidationConfig(), ["starter"], "tminterface")  # off: nothing to check
+    in_range = ValidationConfig(maps=["procedural:6-8"])
+    with pytest.raises(ConfigError, match=r"^validation.maps: procedural:7 is also a training"):
+        check_validation_maps(in_range, ["procedural:7"], "sim")
+    assert check_validation_maps(ValidationConfig(), ["starter"], "tminterface") == ()  # off
+    loaded = check_validation_maps(v, ["starter"], "sim")
+    assert [e.name for e in loaded] == ["procedural:7"]
 
 
 @pytest.fixture(scope="module")
 def races():
     plan = smoke_plan("validation.maps=[procedural:7,narrow:3]")
     spec = plan.collectors
-    r = ValidationRaces(plan.validation.maps, spec.env, spec.reward, plan.new_network)
+    r = ValidationRaces(plan.validation_entries, spec.env, spec.reward, plan.new_network)
     yield r, plan
     r.close()
 

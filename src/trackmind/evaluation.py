@@ -132,6 +132,8 @@ def checkpoint_race(path: str, map_name: str):
     cycle, failed = loadable_cycle([map_name])
     if failed:
         raise ValueError(f"map {failed[0][0]}: {failed[0][1]}")
+    if len(cycle.entries) > 1:
+        raise ValueError(f"map {map_name}: names {len(cycle.entries)} maps, this tool races one")
     cfg = recorded_config(ckpt["config"])
     race = make_race(cfg.env, cfg.reward, n_cars=1, maps=cycle.entries[0].track)
     try:

@@ -15,6 +15,7 @@ from omegaconf import MISSING
 
 from trackmind.errors import ConfigError, check_schema, require
 from trackmind.sim.mapio import load_map
+from trackmind.sim.maps import expand_seed_range
 from trackmind.sim.track import MapError, Track
 
 
@@ -103,24 +104,37 @@ class MapCycle:
         for i, item in enumerate(cfg):
             k = f"{key}[{i}]"
             c = check_schema({"map": item} if isinstance(item, str) else item, CycleEntryConfig, k)
-            shape = (c.laps, c.closed)
-            if (c.map, *shape) not in loaded:
-                try:
-                    load_map(c.map)  # a map that loads as it is: a problem lies in laps/closed
-                except MapError as e:
-                    raise ConfigError(f"{k}.map", str(e)) from None
-                try:
-                    loaded[(c.map, *shape)] = load_map(c.map, laps=c.laps, closed=c.closed)
-                except MapError as e:
-                    bad = "laps" if c.laps is not None else "closed"
-                    raise ConfigError(f"{k}.{bad}", str(e)) from None
-            track = loaded[(c.map, *shape)]
-            if c.reference_time_ms is not None:
-                track = replace(track, reference_time_ms=float(c.reference_time_ms))
-            entries.append(CycleEntry(c.map, track, c.exploration, c.greedy, c.challenge))
+            try:
+                names = expand_seed_range(c.map)  # "narrow:301-420": an entry per seed
+            except MapError as e:
+                raise ConfigError(f"{k}.map", str(e)) from None
+            for name in names:
+                track = _load_entry(name, c, k, loaded)
+                entries.append(CycleEntry(name, track, c.exploration, c.greedy, c.challenge))
         if all(e.exploration + e.greedy == 0 for e in entries):
             raise ConfigError(key, "every entry has 0 races")
         return cls(entries)
+
+
+def _load_entry(name: str, c: CycleEntryConfig, k: str, loaded: dict) -> Track:
+    """The track of one map of entry `k` (each map and shape loaded once per cycle)."""
+    shape = (c.laps, c.closed)
+    if (name, *shape) not in loaded:
+        try:
+            track = load_map(name)  # a map that loads as it is: a problem lies in laps/closed
+        except MapError as e:
+            raise ConfigError(f"{k}.map", str(e)) from None
+        try:
+            if shape != (None, None):
+                track = load_map(name, laps=c.laps, closed=c.closed)
+            loaded[(name, *shape)] = track
+        except MapError as e:
+            bad = "laps" if c.laps is not None else "closed"
+            raise ConfigError(f"{k}.{bad}", str(e)) from None
+    track = loaded[(name, *shape)]
+    if c.reference_time_ms is not None:
+        track = replace(track, reference_time_ms=float(c.reference_time_ms))
+    return track
 
 
 def loadable_cycle(maps: list[str | dict]) -> tuple[MapCycle | None, list[tuple[str, str]]]:
@@ -131,9 +145,7 @@ def loadable_cycle(maps: list[str | dict]) -> tuple[MapCycle | None, list[tuple[
     good, failed = [], []
     for name, entry in once.items():
         try:
-            MapCycle.from_config([entry], key="map")
+            good += MapCycle.from_config([entry], key="map").entries  # a range: a map per seed
         except ConfigError as e:
             failed.append((name, str(e).removeprefix("map[0].map: ")))
-            continue
-        good.append(entry)
-    return (MapCycle.from_config(good) if good else None), failed
+    return (MapCycle(good) if good else None), failed

@@ -226,6 +226,26 @@ def generated_family(spec: str) -> str | None:
     return family if sep and family in GENERATED_FAMILIES else None
 
 
+MAX_SEED_RANGE = 10_000  # maps one range may name (each loads in about 0.1 s)
+
+
+def expand_seed_range(spec: str) -> list[str]:
+    """The maps a spec names: "narrow:301-420" is narrow:301 ... narrow:420 (inclusive), any
+    other spec itself. Hundreds of generated maps are how a generalist sees more roads than it
+    can memorise; a range keeps that a one-line config. MapError on an empty or huge range."""
+    family = generated_family(spec)
+    seeds = spec.partition(":")[2]
+    first, dash, last = seeds.partition("-")
+    if family is None or not dash or not (first.isdigit() and last.isdigit()):
+        return [spec]
+    a, b = int(first), int(last)
+    if b < a:
+        raise MapError(f"{spec}: a seed range runs from the lower seed to the higher")
+    if b - a + 1 > MAX_SEED_RANGE:
+        raise MapError(f"{spec}: {b - a + 1} maps, at most {MAX_SEED_RANGE} in one range")
+    return [f"{family}:{seed}" for seed in range(a, b + 1)]
+
+
 def _generated_map(
     family: str, seed: int, length_m: float, narrowest: float, widest: float, next_pieces
 ) -> Track:

@@ -21,6 +21,7 @@ class LoggerConfig:
     log_every_s: float = MISSING
     system_metrics_every_s: float = MISSING  # 0: off
     media_every_s: float = MISSING  # draw new best greedy races (plot + GIF) at most this often
+    media_share: float = MISSING  # ... for at most this share of that time
 
     def __post_init__(self) -> None:
         require(
@@ -37,6 +38,11 @@ class LoggerConfig:
             self.media_every_s > 0,
             "logger.media_every_s",
             f"must be > 0, got {self.media_every_s}",
+        )
+        require(
+            0 < self.media_share <= 1,
+            "logger.media_share",
+            f"must be in (0, 1], got {self.media_share}",
         )
         require(self.log_every_s > 0, "logger.log_every_s", f"must be > 0, got {self.log_every_s}")
         require(

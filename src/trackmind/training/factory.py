@@ -16,7 +16,7 @@ import numpy as np
 from trackmind.backends import COLLECTOR_POOLS, GAME_RUN_CHECK, GAMES, choose, load
 from trackmind.collectors.spec import CollectorConfig, CollectorSpec
 from trackmind.env.build import build_managers, env_config, float_dim_of, frame_shape_of
-from trackmind.env.map_cycle import MapCycle
+from trackmind.env.map_cycle import CycleEntry, MapCycle
 from trackmind.env.observations import FLOATS
 from trackmind.errors import check_schema, require
 from trackmind.replay.config import BufferConfig
@@ -93,6 +93,7 @@ class RunPlan:
     checkpoint: CheckpointConfig
     validation: ValidationConfig
     collectors: CollectorSpec
+    validation_entries: tuple[CycleEntry, ...] = ()  # validation.maps, loaded once, checked
 
     def new_network(self) -> IQNNetwork:
         """A fresh network of this run (the learner's, the shared copy), with the
@@ -156,7 +157,9 @@ def plan_run(cfg: Any) -> RunPlan:
     cycle = MapCycle.from_config(top.map.get("cycle"), "map.cycle")
     check_schema(top.map, MapConfig, "map")
     validation = check_schema(top.validation, ValidationConfig, "validation")
-    check_validation_maps(validation, [e.name for e in cycle.entries], env.get("backend", "sim"))
+    held_out = check_validation_maps(
+        validation, [e.name for e in cycle.entries], env.get("backend", "sim")
+    )
     # real game / real time: settings, maps, servers answering
     load(GAME_RUN_CHECK)(env, collector, cycle)
     stats = obs.term(FLOATS)
@@ -184,6 +187,7 @@ def plan_run(cfg: Any) -> RunPlan:
         logger=logger,
         checkpoint=checkpoint,
         validation=validation,
+        validation_entries=held_out,
         collectors=CollectorSpec(
             collector=collector,
             env=env,

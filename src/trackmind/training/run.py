@@ -305,7 +305,8 @@ def wire_run(plan: RunPlan, output_dir: Path, learner: Learner) -> RunParts:
     )
     tracks = {e.name: e.track for e in plan.cycle.entries}
     maps = [e.name for e in plan.cycle.entries]  # a map repeated in the cycle counts again
-    media = BestRaceMedia(output_dir, tracks, plan.logger.media_every_s, plan.ms_per_action)
+    lc = plan.logger
+    media = BestRaceMedia(output_dir, tracks, lc.media_every_s, plan.ms_per_action, lc.media_share)
     best = BestRaceKeeper(output_dir / "best.pt", cfg, learner.history, learner.module, media)
     dm = build_data(plan, learner, pool, on_best_race=best)
     pool.on_restart = restarts = RestartLog(dm)
@@ -351,7 +352,7 @@ def validation_callback(plan: RunPlan, output_dir: Path) -> ValidationCallback |
     if not v.maps:
         return None
     spec = plan.collectors
-    races = ValidationRaces(v.maps, spec.env, spec.reward, plan.new_network)
+    races = ValidationRaces(plan.validation_entries, spec.env, spec.reward, plan.new_network)
     path = output_dir / "validated.pt"
     return ValidationCallback(races, v.every_s, path, plan.cfg, plan.network)
 

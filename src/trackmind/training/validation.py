@@ -18,13 +18,16 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import lightning as L
 import numpy as np
 import torch
 
 from trackmind.errors import ConfigError, require
+
+if TYPE_CHECKING:
+    from trackmind.env.map_cycle import CycleEntry
 
 log = logging.getLogger(__name__)
 
@@ -44,24 +47,29 @@ class ValidationConfig:
         require(not dup, "validation.maps", f"lists {', '.join(dup)} more than once")
 
 
-def check_validation_maps(validation: ValidationConfig, training: Sequence[str], backend: str):
-    """The maps are held out, load, and race in the sim; ConfigError naming the key if not."""
+def check_validation_maps(
+    validation: ValidationConfig, training: Sequence[str], backend: str
+) -> tuple[CycleEntry, ...]:
+    """The maps are held out, load, and race in the sim; ConfigError naming the key if not.
+
+    Returns their loaded entries (none when validation is off), so the races reuse them."""
     if not validation.maps:
-        return
+        return ()
     require(
         backend == "sim",
         "validation.maps",
         f"validation races run in the built-in sim, not env.backend={backend}; set "
         "validation.maps=[]",
     )
-    seen = sorted(set(validation.maps) & set(training))
-    require(not seen, "validation.maps", f"{', '.join(seen)} is also a training map (map.cycle)")
     from trackmind.env.map_cycle import loadable_cycle
 
-    _, failed = loadable_cycle(list(validation.maps))
+    cycle, failed = loadable_cycle(list(validation.maps))
     if failed:
         name, problem = failed[0]
         raise ConfigError(f"validation.maps[{validation.maps.index(name)}]", f"{name}: {problem}")
+    seen = sorted({e.name for e in cycle.entries} & set(training))
+    require(not seen, "validation.maps", f"{', '.join(seen)} is also a training map (map.cycle)")
+    return tuple(cycle.entries)
 
 
 @dataclass(frozen=True)
@@ -96,19 +104,20 @@ def validation_score(result: ValidationResult) -> tuple[int, float, float]:
 class ValidationRaces:
     """One car per held-out map in a VecRace, raced greedily with a CPU copy of the weights."""
 
-    def __init__(self, maps: Sequence[str], env: Any, reward: Any, new_network: Any) -> None:
+    def __init__(
+        self, entries: Sequence[CycleEntry], env: Any, reward: Any, new_network: Any
+    ) -> None:
         from trackmind.env.build import make_race
-        from trackmind.env.map_cycle import loadable_cycle
+        from trackmind.env.map_cycle import MapCycle
         from trackmind.env.rollout import GameInstanceManager
         from trackmind.sim.reference import reference_time_ms
 
-        cycle, _ = loadable_cycle(list(maps))  # checked by plan_run: every map loads
-        self.names = [e.name for e in cycle.entries]
-        self.lengths = [e.track.length_m for e in cycle.entries]
-        self.references = [reference_time_ms(e.track) for e in cycle.entries]
-        self.entries = cycle.entries
+        self.entries = list(entries)  # loaded once, by check_validation_maps in plan_run
+        self.names = [e.name for e in self.entries]
+        self.lengths = [e.track.length_m for e in self.entries]
+        self.references = [reference_time_ms(e.track) for e in self.entries]
         race = make_race(env, reward, n_cars=len(self.entries), maps=self.entries[0].track)
-        self.gim = GameInstanceManager(race, cycle)
+        self.gim = GameInstanceManager(race, MapCycle(self.entries))
         self.net = new_network().eval()
 
     def run(self, weights: dict, k: int, cvar: float) -> ValidationResult:
