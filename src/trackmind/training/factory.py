@@ -92,8 +92,8 @@ class RunPlan:
     logger: LoggerConfig
     checkpoint: CheckpointConfig
     validation: ValidationConfig
+    validation_entries: tuple[CycleEntry, ...]  # validation.maps, loaded once when checked
     collectors: CollectorSpec
-    validation_entries: tuple[CycleEntry, ...] = ()  # validation.maps, loaded once, checked
 
     def new_network(self) -> IQNNetwork:
         """A fresh network of this run (the learner's, the shared copy), with the
