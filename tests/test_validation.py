@@ -149,3 +149,30 @@ def test_keeper_writes_validated_pt_only_for_a_better_score(tmp_path):
     again.validate(SimpleNamespace(global_step=40, logger=None), SimpleNamespace(acting=net))
     assert not again.history[-1]["kept"]
     assert torch.load(path, weights_only=True)["validation"]["step"] == 30
+
+
+def test_snapshots_keep_every_validation_and_validated_pt_only_the_best(tmp_path):
+    results = [
+        ValidationResult((1.0,), (1.3,)),
+        ValidationResult((0.5,), (None,)),
+    ]
+    net = torch.nn.Linear(2, 1)
+    cb = ValidationCallback(
+        _Races(results),
+        60.0,
+        tmp_path / "validated.pt",
+        {},
+        SimpleNamespace(n_quantiles_inference=8, greedy_cvar=1.0),
+        snapshots=tmp_path / "validation",
+    )
+    for step in (7, 12):
+        with torch.no_grad():
+            net.weight.fill_(step)
+        cb.validate(SimpleNamespace(global_step=step, logger=None), SimpleNamespace(acting=net))
+    files = sorted(p.name for p in (tmp_path / "validation").iterdir())
+    assert files == ["step_00000007.pt", "step_00000012.pt"]
+    late = torch.load(tmp_path / "validation" / files[1], weights_only=True)
+    assert late["network"]["weight"][0, 0].item() == 12.0
+    assert late["validation"]["maps"][0]["ratio"] is None
+    best = torch.load(tmp_path / "validated.pt", weights_only=True)
+    assert best["validation"]["step"] == 7

@@ -354,7 +354,8 @@ def validation_callback(plan: RunPlan, output_dir: Path) -> ValidationCallback |
     spec = plan.collectors
     races = ValidationRaces(plan.validation_entries, spec.env, spec.reward, plan.new_network)
     path = output_dir / "validated.pt"
-    return ValidationCallback(races, v.every_s, path, plan.cfg, plan.network)
+    snapshots = output_dir / "validation" if v.snapshots else None
+    return ValidationCallback(races, v.every_s, path, plan.cfg, plan.network, snapshots)
 
 
 def write_summary(

@@ -38,6 +38,7 @@ class ValidationConfig:
 
     maps: list[str] = field(default_factory=list)  # empty: no validation races
     every_s: float = 300.0
+    snapshots: bool = False  # also keep every validation's weights (validation/step_N.pt)
 
     def __post_init__(self) -> None:
         require(
@@ -151,9 +152,16 @@ class ValidationCallback(L.Callback):
     end of fit; logs validation/* metrics and keeps the best weights as validated.pt."""
 
     def __init__(
-        self, races: ValidationRaces, every_s: float, path: Path, cfg: dict, network: Any
+        self,
+        races: ValidationRaces,
+        every_s: float,
+        path: Path,
+        cfg: dict,
+        network: Any,
+        snapshots: Path | None = None,
     ) -> None:
         self.races, self.every_s, self.path, self.cfg = races, float(every_s), Path(path), cfg
+        self.snapshots = None if snapshots is None else Path(snapshots)
         self.k, self.cvar = network.n_quantiles_inference, network.greedy_cvar
         self.best: tuple | None = None
         self.history: list[dict] = []  # one row per validation (summary.json)
@@ -188,16 +196,21 @@ class ValidationCallback(L.Callback):
         score = validation_score(result)
         kept = self.best is None or score > self.best
         minute = (t0 - self._start) / 60
+        step = int(trainer.global_step)
+        record = {"minute": minute, "step": step, "maps": self.rows(result)}
+        saved = {"network": weights, "config": self.cfg, "validation": record}
         if kept:
             self.best = score
-            record = {"minute": minute, "step": int(trainer.global_step), "maps": self.rows(result)}
-            torch.save({"network": weights, "config": self.cfg, "validation": record}, self.path)
+            torch.save(saved, self.path)
+        if self.snapshots is not None:
+            self.snapshots.mkdir(parents=True, exist_ok=True)
+            torch.save(saved, self.snapshots / f"step_{step:08d}.pt")
         m = result.metrics()
         m["validation/seconds"] = time.monotonic() - t0
         if trainer.logger is not None:
             trainer.logger.log_metrics(m, step=trainer.global_step)
         self.history.append(
-            {"minute": round(minute, 2), "step": int(trainer.global_step), "kept": kept, **m}
+            {"minute": round(minute, 2), "step": step, "kept": kept, **m}
         )
         log.info(
             "validation at %.1f min: %d of %d maps finished%s",
