@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from trackmind.env.build import default_env_config, make_race
-from trackmind.env.map_cycle import MapCycle
+from trackmind.env.map_cycle import MapCycle, loadable_cycle
 from trackmind.env.rollout import GameInstanceManager
 from trackmind.errors import ConfigError
 from trackmind.sim.driver import PurePursuitDriver
@@ -137,3 +137,10 @@ def test_a_seed_range_is_an_entry_per_map_with_its_settings():
     assert [e.name for e in cycle.entries] == ["starter", "narrow:3", "narrow:4", "narrow:5"]
     assert [e.exploration for e in cycle.entries] == [4, 2, 2, 2]
     assert cycle.entries[2].track.fingerprint() == load_map("narrow:4").fingerprint()
+
+
+def test_maps_to_race_load_once_each_and_overlapping_ranges_share_their_seeds():
+    cycle, failed = loadable_cycle(["narrow:3-5", "narrow:4-6", "narrow:5", "no_such_map"])
+    assert [e.name for e in cycle.entries] == ["narrow:3", "narrow:4", "narrow:5", "narrow:6"]
+    assert all((e.exploration, e.greedy) == (0, 1) for e in cycle.entries)
+    assert [name for name, _ in failed] == ["no_such_map"]

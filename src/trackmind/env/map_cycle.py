@@ -145,7 +145,10 @@ def loadable_cycle(maps: list[str | dict]) -> tuple[MapCycle | None, list[tuple[
     good, failed = [], []
     for name, entry in once.items():
         try:
-            good += MapCycle.from_config([entry], key="map").entries  # a range: a map per seed
+            loaded = MapCycle.from_config([entry], key="map").entries  # a range: a map per seed
         except ConfigError as e:
             failed.append((name, str(e).removeprefix("map[0].map: ")))
+            continue
+        raced = {e.name for e in good}  # overlapping ranges race their shared seeds once
+        good += [e for e in loaded if e.name not in raced]
     return (MapCycle(good) if good else None), failed

@@ -209,9 +209,7 @@ class ValidationCallback(L.Callback):
         m["validation/seconds"] = time.monotonic() - t0
         if trainer.logger is not None:
             trainer.logger.log_metrics(m, step=trainer.global_step)
-        self.history.append(
-            {"minute": round(minute, 2), "step": step, "kept": kept, **m}
-        )
+        self.history.append({"minute": round(minute, 2), "step": step, "kept": kept, **m})
         log.info(
             "validation at %.1f min: %d of %d maps finished%s",
             minute,

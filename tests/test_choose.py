@@ -1,0 +1,73 @@
+"""choose_checkpoint: a run's snapshots raced on held-out maps, ranked as validation ranks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from specs import smoke_plan
+
+from trackmind.commands.choose import candidates, main
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    """A run folder as validation.snapshots leaves it: two snapshots, validated.pt, agent.pt."""
+    plan = smoke_plan()
+    out = tmp_path_factory.mktemp("run")
+    (out / "validation").mkdir()
+    torch.manual_seed(0)
+    for step in (8, 40):
+        weights = plan.new_network().state_dict()
+        saved = {"network": weights, "config": plan.cfg, "validation": {"step": step}}
+        torch.save(saved, out / "validation" / f"step_{step:08d}.pt")
+    torch.save(saved, out / "validated.pt")
+    torch.save({"network": weights, "config": plan.cfg}, out / "agent.pt")
+    return out
+
+
+def test_candidates_are_snapshots_in_step_order_then_the_named_checkpoints(run_dir, tmp_path):
+    names = [p.name for p in candidates(run_dir)]
+    assert names == ["step_00000008.pt", "step_00000040.pt", "validated.pt", "agent.pt"]
+    with pytest.raises(ValueError, match="no checkpoints"):
+        candidates(tmp_path)
+    with pytest.raises(ValueError, match="not a run folder"):
+        candidates(tmp_path / "missing")
+
+
+def test_every_candidate_races_the_maps_and_one_is_chosen(run_dir, tmp_path, capsys):
+    out, kept = tmp_path / "ranks.json", tmp_path / "pick.pt"
+    assert (
+        main([str(run_dir), "--maps", "procedural:7-8", "--json", str(out), "--keep", str(kept)])
+        == 0
+    )
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["checkpoint"] for r in rows] == [
+        "step_00000008.pt",
+        "step_00000040.pt",
+        "validated.pt",
+        "agent.pt",
+    ]
+    assert [r["step"] for r in rows] == [8, 40, 40, None]
+    assert all(list(r["maps"]) == ["procedural:7", "procedural:8"] for r in rows)
+    # the same weights race the same: the last snapshot, validated.pt and agent.pt agree
+    assert rows[1]["maps"] == rows[2]["maps"] == rows[3]["maps"]
+    assert rows[1]["progress"] == rows[3]["progress"]
+    assert sum(r["chosen"] for r in rows) == 1
+    chosen = next(r for r in rows if r["chosen"])
+    # ties go to the earlier weights: the later copies of step 40 are never chosen over it
+    assert chosen["checkpoint"] in ("step_00000008.pt", "step_00000040.pt")
+    pick = torch.load(kept, weights_only=True)
+    assert pick["validation"]["step"] == chosen["step"]
+    assert "| step_00000008.pt | 8 |" in capsys.readouterr().out
+
+
+def test_training_maps_and_bad_maps_are_one_line(run_dir, capsys):
+    assert main([str(run_dir), "--maps", "starter"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: --maps: starter is a training map of this run"
+    )
+    assert main([str(run_dir), "--maps", "no_such_map"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --maps: no_such_map:") and "\n" not in err
