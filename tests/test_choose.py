@@ -71,3 +71,12 @@ def test_training_maps_and_bad_maps_are_one_line(run_dir, capsys):
     assert main([str(run_dir), "--maps", "no_such_map"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: --maps: no_such_map:") and "\n" not in err
+
+
+def test_a_run_on_the_real_game_is_refused_in_one_line(run_dir, tmp_path, capsys):
+    ckpt = torch.load(run_dir / "agent.pt", weights_only=False)
+    ckpt["config"] = {**ckpt["config"], "env": {**ckpt["config"]["env"], "backend": "tminterface"}}
+    torch.save(ckpt, tmp_path / "agent.pt")
+    assert main([str(tmp_path), "--maps", "procedural:7"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("trained on env.backend=tminterface; this races the sim")

@@ -1,6 +1,6 @@
 """Choose a run's checkpoint afterwards, on held-out maps: every snapshot raced and ranked.
 
-    python scripts/choose_checkpoint.py outputs/<run> --maps procedural:201-230 narrow:201-230
+    python scripts/choose_checkpoint.py outputs/<run> --maps procedural:206-235 narrow:206-235
     python scripts/choose_checkpoint.py outputs/<run> --maps ... --json ranks.json --keep pick.pt
 
 A run with `validation.snapshots=true` keeps the weights of every validation in
@@ -50,11 +50,15 @@ def rank(run_dir: Path, maps: list[str]) -> list[dict]:
     paths = candidates(run_dir)
     first = load_checkpoint(str(paths[0]))
     cfg = recorded_config(first["config"])
+    backend = cfg.env.get("backend", "sim")
+    if backend != "sim":
+        raise ValueError(f"{paths[0]}: trained on env.backend={backend}; this races the sim")
     cycle, failed = loadable_cycle(list(maps))
     if failed:
         raise ValueError(f"--maps: {failed[0][0]}: {failed[0][1]}")
     trained, _ = loadable_cycle(list(cfg.map["cycle"]))
-    seen = sorted({e.name for e in cycle.entries} & {e.name for e in trained.entries})
+    trained_names = {e.name for e in trained.entries} if trained is not None else set()
+    seen = sorted({e.name for e in cycle.entries} & trained_names)
     if seen:
         raise ConfigError("--maps", f"{', '.join(seen)} is a training map of this run")
     race = make_race(cfg.env, cfg.reward, n_cars=1, maps=cycle.entries[0].track)
