@@ -8,7 +8,7 @@ import pytest
 import torch
 from specs import smoke_plan
 
-from trackmind.commands.choose import candidates, main
+from trackmind.commands.choose import averaged, candidates, main
 
 
 @pytest.fixture(scope="module")
@@ -80,3 +80,46 @@ def test_a_run_on_the_real_game_is_refused_in_one_line(run_dir, tmp_path, capsys
     assert main([str(tmp_path), "--maps", "procedural:7"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.endswith("trained on env.backend=tminterface; this races the sim")
+
+
+def test_averages_of_consecutive_snapshots_race_and_can_be_kept(run_dir, tmp_path):
+    out, kept = tmp_path / "ranks.json", tmp_path / "avg.pt"
+    argv = [str(run_dir), "--maps", "procedural:7", "--average", "2", "--json", str(out)]
+    assert main([*argv, "--keep", str(kept)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    names = [r["checkpoint"] for r in rows]
+    assert names == [
+        "step_00000008.pt",
+        "step_00000040.pt",
+        "avg2:step_00000040.pt",
+        "validated.pt",
+        "agent.pt",
+    ]
+    assert rows[2]["step"] == 40  # the last snapshot's record
+    pick = torch.load(kept, weights_only=True)
+    chosen = next(r for r in rows if r["chosen"])
+    assert ("averaged" in pick) == chosen["checkpoint"].startswith("avg2:")
+
+
+def test_an_average_is_the_mean_of_its_window_with_the_last_record(run_dir):
+    snaps = [
+        (p.name, torch.load(p, weights_only=True))
+        for p in sorted((run_dir / "validation").glob("step_*.pt"))
+    ]
+    ((name, ckpt),) = averaged(snaps, 2)
+    assert name == "avg2:step_00000040.pt"
+    assert ckpt["validation"] == {"step": 40} and ckpt["config"] == snaps[1][1]["config"]
+    assert ckpt["averaged"] == ["step_00000008.pt", "step_00000040.pt"]
+    for key, value in ckpt["network"].items():
+        a, b = snaps[0][1]["network"][key], snaps[1][1]["network"][key]
+        expected = (a.double() + b.double()) / 2 if a.is_floating_point() else a
+        assert torch.equal(value, expected.to(a.dtype)), key
+    assert [n for n, _ in averaged(snaps, 1)] == ["avg1:step_00000008.pt", "avg1:step_00000040.pt"]
+
+
+def test_an_average_of_more_snapshots_than_kept_is_one_line(run_dir, capsys):
+    assert main([str(run_dir), "--maps", "procedural:7", "--average", "3"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: --average 3: {run_dir} keeps 2 snapshots"
+    assert main([str(run_dir), "--maps", "procedural:7", "--average", "0"]) == 2
+    assert "must be at least 1" in capsys.readouterr().err

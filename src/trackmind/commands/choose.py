@@ -2,6 +2,7 @@
 
     python scripts/choose_checkpoint.py outputs/<run> --maps procedural:206-235 narrow:206-235
     python scripts/choose_checkpoint.py outputs/<run> --maps ... --json ranks.json --keep pick.pt
+    python scripts/choose_checkpoint.py outputs/<run> --maps ... --average 5 --keep pick.pt
 
 A run with `validation.snapshots=true` keeps the weights of every validation in
 `<run>/validation/`; with validated.pt, best.pt and agent.pt they are the candidates. The
@@ -9,14 +10,15 @@ validation during training races a dozen maps to stay cheap, and its score jumps
 validations; here every candidate races a larger held-out set, one greedy race per map in one
 batched race, and is ranked as validation ranks (maps finished, then mean share of the track,
 then mean ratio; ties go to the earlier weights). Maps the run trained on are refused: a
-choice made on them says nothing about maps never seen. Exit status 2 with one line for a bad
-run folder, checkpoint or map.
+choice made on them says nothing about maps never seen. With `--average N`, the uniform
+average of every N consecutive snapshots (agent/weight_average.py) races too, named
+`avgN:<its last snapshot>`; `--keep` writes the chosen weights, averaged or not, as one
+checkpoint. Exit status 2 with one line for a bad run folder, checkpoint, map or N.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 from pathlib import Path
 
@@ -38,17 +40,43 @@ def candidates(run_dir: Path) -> list[Path]:
     return found
 
 
-def rank(run_dir: Path, maps: list[str]) -> list[dict]:
-    """A row per candidate: its step and minute, maps finished, mean progress, median ratio, per-map
-    ratios, and `chosen` on the best by validation_score."""
+def averaged(snapshots: list[tuple[str, dict]], n: int) -> list[tuple[str, dict]]:
+    """(avgN:<last name>, checkpoint) for every window of n consecutive snapshots: the mean
+    weights, the last snapshot's config and validation record, and the names averaged."""
+    from trackmind.agent.weight_average import average_state_dicts
+
+    out = []
+    for end in range(n - 1, len(snapshots)):
+        window = snapshots[end - n + 1 : end + 1]
+        name, last = window[-1]
+        try:
+            weights = average_state_dicts([c["network"] for _, c in window])
+        except ValueError as e:
+            raise ValueError(f"--average {n}: {window[0][0]} to {name}: {e}") from None
+        ckpt = {**last, "network": weights, "averaged": [nm for nm, _ in window]}
+        out.append((f"avg{n}:{name}", ckpt))
+    return out
+
+
+def rank(run_dir: Path, maps: list[str], average: int = 1) -> tuple[list[dict], dict]:
+    """(a row per candidate: its step and minute, maps finished, mean progress, median ratio,
+    per-map ratios, and `chosen` on the best by validation_score; the chosen checkpoint)."""
     from trackmind.env.build import make_race
     from trackmind.env.map_cycle import loadable_cycle
     from trackmind.evaluation import checkpoint_network, load_checkpoint
     from trackmind.training.factory import recorded_config
     from trackmind.training.validation import ValidationRaces, validation_score
 
+    if average < 1:
+        raise ValueError(f"--average: must be at least 1 snapshot, got {average}")
     paths = candidates(run_dir)
-    first = load_checkpoint(str(paths[0]))
+    loaded = [(p.name, load_checkpoint(str(p))) for p in paths]
+    snapshots = [(n, c) for (n, c), p in zip(loaded, paths) if p.parent.name == "validation"]
+    if average > 1:
+        if len(snapshots) < average:
+            raise ValueError(f"--average {average}: {run_dir} keeps {len(snapshots)} snapshots")
+        loaded[len(snapshots) : len(snapshots)] = averaged(snapshots, average)
+    first = loaded[0][1]
     cfg = recorded_config(first["config"])
     backend = cfg.env.get("backend", "sim")
     if backend != "sim":
@@ -69,18 +97,17 @@ def rank(run_dir: Path, maps: list[str]) -> list[dict]:
     races = ValidationRaces(cycle.entries, cfg.env, cfg.reward, lambda: net)
     rows = []
     try:
-        for path in paths:
-            ckpt = first if path == paths[0] else load_checkpoint(str(path))
+        for name, ckpt in loaded:
             try:
                 result = races.run(
                     ckpt["network"], network.n_quantiles_inference, network.greedy_cvar
                 )
             except RuntimeError:
-                raise ValueError(f"{path}: weights of another network than {paths[0]}") from None
+                raise ValueError(f"{name}: weights of another network than {paths[0]}") from None
             record = ckpt.get("validation") or {}
             rows.append(
                 {
-                    "checkpoint": path.name,
+                    "checkpoint": name,
                     "step": record.get("step"),
                     "minute": record.get("minute"),
                     "score": validation_score(result),
@@ -94,7 +121,7 @@ def rank(run_dir: Path, maps: list[str]) -> list[dict]:
     for i, row in enumerate(rows):
         row["chosen"] = i == best
         del row["score"]
-    return rows
+    return rows, loaded[best][1]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,10 +129,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("run", type=Path, help="the run's output folder")
     ap.add_argument("--maps", nargs="+", required=True, help="held-out maps (ranges allowed)")
     ap.add_argument("--json", type=Path, default=None, help="also write the rows to this file")
-    ap.add_argument("--keep", type=Path, default=None, help="copy the chosen checkpoint here")
+    ap.add_argument("--keep", type=Path, default=None, help="write the chosen checkpoint here")
+    ap.add_argument(
+        "--average",
+        type=int,
+        default=1,
+        metavar="N",
+        help="also race the mean weights of every N consecutive snapshots",
+    )
     args = ap.parse_args(argv)
     try:
-        rows = rank(args.run, args.maps)
+        rows, pick = rank(args.run, args.maps, args.average)
     except ValueError as e:  # MapError and ConfigError are ValueErrors too
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -120,14 +154,15 @@ def main(argv: list[str] | None = None) -> int:
             f"| {ratio} | {'yes' if r['chosen'] else ''} |"
         )
     chosen = next(r for r in rows if r["chosen"])
-    src = next(p for p in candidates(args.run) if p.name == chosen["checkpoint"])
     if args.keep:
+        import torch
+
         args.keep.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src, args.keep)
-        print(f"kept {src} as {args.keep}")
+        torch.save(pick, args.keep)
+        print(f"kept {chosen['checkpoint']} as {args.keep}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        out = {"run": str(args.run), "maps": args.maps, "rows": rows}
+        out = {"run": str(args.run), "maps": args.maps, "average": args.average, "rows": rows}
         args.json.write_text(json.dumps(out, indent=1, default=float) + "\n")
     return 0
 
