@@ -480,7 +480,13 @@ def test_ray_training_run_restarts_a_killed_worker(tmp_path, local_ray):
             victim = _wrapper(psutil.Process())  # the module's Ray runs the actors
             time.sleep(0.2)
         assert victim is not None, "no RolloutWorkerWrapper process appeared"
-        time.sleep(8)  # let it build its game, race and fill the buffer
+        # killed once its transitions fill the buffer (the run's log says learning starts), not
+        # after a fixed sleep: on a busy machine the worker can take longer to race
+        log = tmp_path / "run" / "train.log"
+        while "learning starts" not in (log.read_text() if log.is_file() else ""):
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "the buffer never filled"
+            time.sleep(0.2)
         os.kill(victim.pid, signal.SIGKILL)
         out, err = proc.communicate(timeout=150)
     finally:
