@@ -20,7 +20,8 @@ def run_dir(tmp_path_factory):
     torch.manual_seed(0)
     for step in (8, 40):
         weights = plan.new_network().state_dict()
-        saved = {"network": weights, "config": plan.cfg, "validation": {"step": step}}
+        record = {"step": step, "minute": step / 8, "maps": [{"map": "x", "progress": 0.5}]}
+        saved = {"network": weights, "config": plan.cfg, "validation": record}
         torch.save(saved, out / "validation" / f"step_{step:08d}.pt")
     torch.save(saved, out / "validated.pt")
     torch.save({"network": weights, "config": plan.cfg}, out / "agent.pt")
@@ -108,7 +109,9 @@ def test_an_average_is_the_mean_of_its_window_with_the_last_record(run_dir):
     ]
     ((name, ckpt),) = averaged(snaps, 2)
     assert name == "avg2:step_00000040.pt"
-    assert ckpt["validation"] == {"step": 40} and ckpt["config"] == snaps[1][1]["config"]
+    # the last snapshot's step and minute, not its races (other weights drove them)
+    assert ckpt["validation"] == {"step": 40, "minute": 5.0}
+    assert ckpt["config"] == snaps[1][1]["config"]
     assert ckpt["averaged"] == ["step_00000008.pt", "step_00000040.pt"]
     for key, value in ckpt["network"].items():
         a, b = snaps[0][1]["network"][key], snaps[1][1]["network"][key]

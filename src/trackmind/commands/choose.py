@@ -42,7 +42,8 @@ def candidates(run_dir: Path) -> list[Path]:
 
 def averaged(snapshots: list[tuple[str, dict]], n: int) -> list[tuple[str, dict]]:
     """(avgN:<last name>, checkpoint) for every window of n consecutive snapshots: the mean
-    weights, the last snapshot's config and validation record, and the names averaged."""
+    weights, the last snapshot's config, step and minute (not its races, which other weights
+    drove), and the names averaged."""
     from trackmind.agent.weight_average import average_state_dicts
 
     out = []
@@ -53,7 +54,9 @@ def averaged(snapshots: list[tuple[str, dict]], n: int) -> list[tuple[str, dict]
             weights = average_state_dicts([c["network"] for _, c in window])
         except ValueError as e:
             raise ValueError(f"--average {n}: {window[0][0]} to {name}: {e}") from None
-        ckpt = {**last, "network": weights, "averaged": [nm for nm, _ in window]}
+        record = {k: v for k, v in (last.get("validation") or {}).items() if k != "maps"}
+        ckpt = {**last, "network": weights, "validation": record}
+        ckpt["averaged"] = [nm for nm, _ in window]
         out.append((f"avg{n}:{name}", ckpt))
     return out
 
