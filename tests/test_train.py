@@ -69,7 +69,7 @@ def _wait_for_collector(proc: subprocess.Popen, timeout_s: float = 60) -> int:
 
 def test_smoke_run_learns_syncs_weights_and_records_races(tmp_path):
     t0 = time.monotonic()
-    held_out = ("validation.maps=[procedural:7]", "validation.every_s=1")
+    held_out = ("validation.maps=[procedural:7]", "validation.every_s=0.05", "validation.average=2")
     res = subprocess.run(
         _args(tmp_path, *held_out), capture_output=True, text=True, env=_env(), timeout=180
     )
@@ -106,6 +106,11 @@ def test_smoke_run_learns_syncs_weights_and_records_races(tmp_path):
     kept = torch.load(tmp_path / "run" / "validated.pt", weights_only=True)
     assert kept["validation"]["maps"][0]["map"] == "procedural:7"
     assert kept["validation"]["step"] == max(r["step"] for r in rows if r["kept"])
+    # from the second validation on, the mean of the last two is raced and kept as averaged.pt
+    assert len(rows) >= 2 and "validation/averaged_finished" in rows[-1]
+    averaged = torch.load(tmp_path / "run" / "averaged.pt", weights_only=True)
+    assert averaged["averaged"] == [r["step"] for r in rows[-2:]]
+    assert "averaged.pt" in {a.path for a in client.list_artifacts(run.info.run_id)}
     # the final network evaluates greedily on a procedural map it never saw
     ckpt = tmp_path / "run" / "agent.pt"
     res = subprocess.run(

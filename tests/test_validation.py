@@ -176,3 +176,79 @@ def test_snapshots_keep_every_validation_and_validated_pt_only_the_best(tmp_path
     assert late["validation"]["maps"][0]["ratio"] is None
     best = torch.load(tmp_path / "validated.pt", weights_only=True)
     assert best["validation"]["step"] == 7
+
+
+class _RecordingRaces(_Races):
+    """Stand-in races that also record the first weight of every network they race."""
+
+    def __init__(self, results):
+        super().__init__(results)
+        self.raced: list[float] = []
+
+    def run(self, weights, k, cvar):
+        self.raced.append(weights["weight"][0, 0].item())
+        return super().run(weights, k, cvar)
+
+
+def test_averaged_pt_is_the_mean_of_the_last_validations_and_survives_a_resume(tmp_path):
+    one, none = ValidationResult((1.0,), (1.2,)), ValidationResult((0.5,), (None,))
+    races = _RecordingRaces([one] * 2 + [none, one] * 2)  # from the third: snapshot, mean
+    net, logger = torch.nn.Linear(2, 1), _Logger()
+    network = SimpleNamespace(n_quantiles_inference=8, greedy_cvar=1.0)
+    cb = ValidationCallback(races, 60.0, tmp_path / "validated.pt", {"seed": 1}, network, average=3)
+    averaged = tmp_path / "averaged.pt"
+
+    def validate(callback, step):
+        with torch.no_grad():
+            net.weight.fill_(step)
+        callback.validate(
+            SimpleNamespace(global_step=step, logger=logger), SimpleNamespace(acting=net)
+        )
+
+    validate(cb, 10)
+    validate(cb, 20)
+    assert not averaged.exists() and races.raced == [10.0, 20.0]  # fewer than 3 so far
+    validate(cb, 40)
+    saved = torch.load(averaged, weights_only=True)
+    assert saved["network"]["weight"][0, 0].item() == pytest.approx(70 / 3)
+    assert saved["averaged"] == [10, 20, 40] and saved["config"] == {"seed": 1}
+    assert saved["validation"]["step"] == 40
+    assert saved["validation"]["maps"] == [{"map": "a", "progress": 1.0, "ratio": 1.2}]
+    assert races.raced[2:] == [40.0, pytest.approx(70 / 3)]  # the snapshot, then the mean
+    assert logger.logged[-1]["validation/finished"] == 0.0  # the snapshot's own race
+    assert logger.logged[-1]["validation/averaged_finished"] == 1.0
+    assert cb.history[-1]["validation/averaged_progress"] == 1.0
+    # a resumed run averages the same window: 20, 40 and its own 60
+    again = ValidationCallback(races, 60.0, tmp_path / "validated.pt", {}, network, average=3)
+    again.load_state_dict(cb.state_dict())
+    validate(again, 60)
+    saved = torch.load(averaged, weights_only=True)
+    assert saved["averaged"] == [20, 40, 60] and saved["network"]["weight"][0, 0].item() == 40.0
+
+
+def test_average_is_checked_and_off_by_default(tmp_path):
+    with pytest.raises(ConfigError, match=r"^validation.average: must be a number of validat"):
+        ValidationConfig(average=0)
+    races = _Races([ValidationResult((1.0,), (1.2,))] * 3)
+    network = SimpleNamespace(n_quantiles_inference=8, greedy_cvar=1.0)
+    cb = ValidationCallback(races, 60.0, tmp_path / "validated.pt", {}, network)
+    for step in (1, 2, 3):
+        cb.validate(
+            SimpleNamespace(global_step=step, logger=None),
+            SimpleNamespace(acting=torch.nn.Linear(2, 1)),
+        )
+    assert not (tmp_path / "averaged.pt").exists() and not races.results  # one race each
+    assert "validation/averaged_finished" not in cb.history[-1]
+
+
+def test_a_step_validated_twice_counts_once_in_the_average(tmp_path):
+    races = _RecordingRaces([ValidationResult((1.0,), (1.2,))] * 6)
+    network = SimpleNamespace(n_quantiles_inference=8, greedy_cvar=1.0)
+    cb = ValidationCallback(races, 60.0, tmp_path / "validated.pt", {}, network, average=2)
+    net = torch.nn.Linear(2, 1)
+    for step, value in ((5, 1.0), (9, 3.0), (9, 5.0)):  # the end of fit validates step 9 again
+        with torch.no_grad():
+            net.weight.fill_(value)
+        cb.validate(SimpleNamespace(global_step=step, logger=None), SimpleNamespace(acting=net))
+    saved = torch.load(tmp_path / "averaged.pt", weights_only=True)
+    assert saved["averaged"] == [5, 9] and saved["network"]["weight"][0, 0].item() == 3.0

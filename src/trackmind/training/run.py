@@ -355,7 +355,9 @@ def validation_callback(plan: RunPlan, output_dir: Path) -> ValidationCallback |
     races = ValidationRaces(plan.validation_entries, spec.env, spec.reward, plan.new_network)
     path = output_dir / "validated.pt"
     snapshots = output_dir / "validation" if v.snapshots else None
-    return ValidationCallback(races, v.every_s, path, plan.cfg, plan.network, snapshots)
+    return ValidationCallback(
+        races, v.every_s, path, plan.cfg, plan.network, snapshots, average=v.average
+    )
 
 
 def write_summary(
@@ -442,8 +444,9 @@ def train(
 def run_files(summary: Path, agent: Path) -> list[Path]:
     """What a run logs as MLflow artifacts at its end: summary.json, agent.pt (the final
     weights), best.pt (the weights of its best greedy race, the objective's) if a greedy
-    race finished, and validated.pt (the best on the validation maps) if it has some."""
-    kept = [agent.parent / "best.pt", agent.parent / "validated.pt"]
+    race finished, validated.pt (the best on the validation maps) if it has some, and
+    averaged.pt (the mean of the last validations' weights) with `validation.average`."""
+    kept = [agent.parent / n for n in ("best.pt", "validated.pt", "averaged.pt")]
     return [summary, agent, *(p for p in kept if p.is_file())]
 
 
