@@ -109,7 +109,9 @@ def test_smoke_run_learns_syncs_weights_and_records_races(tmp_path):
     # from the second validation on, the mean of the last two is raced and kept as averaged.pt
     assert len(rows) >= 2 and "validation/averaged_finished" in rows[-1]
     averaged = torch.load(tmp_path / "run" / "averaged.pt", weights_only=True)
-    assert averaged["averaged"] == [r["step"] for r in rows[-2:]]
+    # the last two steps validated: the end of fit may validate the last timed step again,
+    # which counts once
+    assert averaged["averaged"] == sorted({r["step"] for r in rows})[-2:]
     assert "averaged.pt" in {a.path for a in client.list_artifacts(run.info.run_id)}
     # the final network evaluates greedily on a procedural map it never saw
     ckpt = tmp_path / "run" / "agent.pt"
