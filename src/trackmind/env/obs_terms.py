@@ -27,6 +27,12 @@ import numba as nb
 import numpy as np
 
 from trackmind.env.manager import register_term
+from trackmind.env.mirror import (
+    FloatMirror,
+    lateral_flipped,
+    pairs_swapped,
+    unchanged,
+)
 from trackmind.env.observations import ObservationTerm, VectorlikeTerm
 from trackmind.game.actions import ACTIONS
 
@@ -65,6 +71,9 @@ class MiniRaceClock(VectorlikeTerm):
     def std(self) -> np.ndarray:
         return np.array([40.0], np.float32)
 
+    def mirror(self) -> FloatMirror:
+        return unchanged(self.size)
+
 
 @register_term("observation", "previous_actions")
 class PreviousActions(VectorlikeTerm):
@@ -91,6 +100,9 @@ class PreviousActions(VectorlikeTerm):
     def std(self) -> np.ndarray:
         return np.full(self.size, 0.5, np.float32)
 
+    def mirror(self) -> FloatMirror:
+        return pairs_swapped(self.size, 4, [(2, 3)])  # (accel, brake, left, right) per action
+
 
 @register_term("observation", "wheels")
 class Wheels(VectorlikeTerm):
@@ -112,6 +124,10 @@ class Wheels(VectorlikeTerm):
     @property
     def std(self) -> np.ndarray:
         return np.r_[np.full(8, 0.5), np.full(4, 0.1)].astype(np.float32)
+
+    def mirror(self) -> FloatMirror:
+        # per feature the wheels in the order front left, front right, rear left, rear right
+        return pairs_swapped(self.size, 4, [(0, 1), (2, 3)])
 
 
 @register_term("observation", "gearbox")
@@ -135,6 +151,9 @@ class Gearbox(VectorlikeTerm):
     def std(self) -> np.ndarray:
         return np.array([1.0, 1.5, 3000.0, 1.0], np.float32)
 
+    def mirror(self) -> FloatMirror:
+        return unchanged(self.size)
+
 
 @register_term("observation", "contact_material")
 class ContactMaterial(VectorlikeTerm):
@@ -157,6 +176,10 @@ class ContactMaterial(VectorlikeTerm):
     def std(self) -> np.ndarray:
         return np.full(16, 0.5, np.float32)
 
+    def mirror(self) -> FloatMirror:
+        wheels = np.arange(16, dtype=np.int64).reshape(4, 4)  # wheel-major: 4 groups each
+        return FloatMirror(wheels[[1, 0, 3, 2]].ravel(), np.ones(16, np.float32))
+
 
 @register_term("observation", "car_dynamics")
 class CarDynamics(VectorlikeTerm):
@@ -176,6 +199,12 @@ class CarDynamics(VectorlikeTerm):
     @property
     def std(self) -> np.ndarray:
         return np.array([0.5, 0.5, 1.0, 25, 3, 1, 0.5, 0.5, 0.5], np.float32)
+
+    def mirror(self) -> FloatMirror:
+        # angular velocity is a pseudovector: reflecting the left axis flips roll and yaw;
+        # velocity and world-up flip their left component
+        sign = np.array([-1, 1, -1, 1, -1, 1, 1, -1, 1], np.float32)
+        return FloatMirror(np.arange(9, dtype=np.int64), sign)
 
 
 @register_term("observation", "zone_centers")
@@ -217,6 +246,9 @@ class ZoneCenters(VectorlikeTerm):
     def std(self) -> np.ndarray:
         return 0.5 * self._scale()
 
+    def mirror(self) -> FloatMirror:
+        return lateral_flipped(self.size, 3, [1])  # (forward, left, up) per zone
+
 
 @nb.njit(cache=True)
 def _zones_in_car_frame(zones, off, count, zone_idx, pos, rot, n, out):  # pragma: no cover
@@ -255,6 +287,9 @@ class DistanceToFinish(VectorlikeTerm):
     def std(self) -> np.ndarray:
         return np.array([self.cap_m / 3.5], np.float32)
 
+    def mirror(self) -> FloatMirror:
+        return unchanged(self.size)
+
 
 @register_term("observation", "freewheeling")
 class Freewheeling(VectorlikeTerm):
@@ -274,3 +309,6 @@ class Freewheeling(VectorlikeTerm):
     @property
     def std(self) -> np.ndarray:
         return np.array([0.5], np.float32)
+
+    def mirror(self) -> FloatMirror:
+        return unchanged(self.size)

@@ -16,6 +16,7 @@ import gymnasium as gym
 import numpy as np
 
 from trackmind.env.manager import Manager, ManagerTerm, as_dict, build_term
+from trackmind.env.mirror import FloatMirror, concatenated
 from trackmind.env.spaces import SpaceTransformer
 from trackmind.errors import ConfigError, check_schema, require
 
@@ -93,6 +94,11 @@ class VectorlikeTerm(ObservationTerm):
     def std(self) -> np.ndarray:
         return np.ones(self.size, np.float32)
 
+    def mirror(self) -> FloatMirror | None:
+        """How this term's vector mirrors left to right (env/mirror.py); None: unknown, so a
+        learner that mirrors its batches refuses the term rather than guess."""
+        return None
+
     def feature_names(self) -> list[str]:
         if self.size == 1:
             return [self.name]
@@ -134,6 +140,14 @@ class GroupedObservationTerm(VectorlikeTerm):
             out[t.name] = slice(i, i + t.size)
             i += t.size
         return out
+
+    def mirror(self) -> FloatMirror | None:
+        parts = [t.mirror() for t in self.terms]
+        return None if any(p is None for p in parts) else concatenated(parts)
+
+    def unmirrored(self) -> list[str]:
+        """Member terms that do not say how they mirror."""
+        return [t.name for t in self.terms if t.mirror() is None]
 
     def feature_names(self) -> list[str]:
         return [n for t in self.terms for n in t.feature_names()]
@@ -179,6 +193,24 @@ class ObservationManager(Manager):
         if not isinstance(t, VectorlikeTerm):
             raise KeyError(f"observation term {key!r} is not vector-like")
         return t.mean, t.std
+
+    def float_mirror(self, key: str = FLOATS) -> FloatMirror:
+        """The mirror of a vector-like term; ConfigError naming the members that have none.
+        With a term normalised in the environment, a flipped feature must have mean 0 and a
+        swapped pair one mean and std, or the mirror of the stored value would be wrong."""
+        t = self.term(key)
+        where = f"env.observation.terms.{key}"
+        m = t.mirror() if isinstance(t, VectorlikeTerm) else None
+        if m is None:
+            missing = t.unmirrored() if isinstance(t, GroupedObservationTerm) else [t.name]
+            raise ConfigError(
+                where, f"learner.mirror_share needs terms that mirror; {missing} do not"
+            )
+        if t.normalize:
+            mean, std = t.mean, t.std
+            ok = np.allclose(mean[m.perm] * m.sign, mean) and np.allclose(std[m.perm], std)
+            require(ok, where, "normalised in the environment, its stats do not mirror")
+        return m
 
 
 @dataclass

@@ -17,6 +17,7 @@ from trackmind.backends import COLLECTOR_POOLS, GAME_RUN_CHECK, GAMES, choose, l
 from trackmind.collectors.spec import CollectorConfig, CollectorSpec
 from trackmind.env.build import build_managers, env_config, float_dim_of, frame_shape_of
 from trackmind.env.map_cycle import CycleEntry, MapCycle
+from trackmind.env.mirror import FloatMirror
 from trackmind.env.observations import FLOATS
 from trackmind.errors import check_schema, require
 from trackmind.replay.config import BufferConfig
@@ -81,6 +82,7 @@ class RunPlan:
     float_dim: int
     float_mean: np.ndarray
     float_std: np.ndarray
+    float_mirror: FloatMirror | None  # how the floats mirror, when learner.mirror_share > 0
     ms_per_action: int
     potential_weights: dict[str, float]
     run: RunConfig
@@ -176,6 +178,7 @@ def plan_run(cfg: Any) -> RunPlan:
         float_dim=float_dim,
         float_mean=stats.mean,
         float_std=stats.std,
+        float_mirror=obs.float_mirror(FLOATS) if learner.mirror_share > 0 else None,
         ms_per_action=ms_per_action,
         potential_weights={name: 1.0 for name in recorded},
         run=run,

@@ -33,6 +33,7 @@ from trackmind.agent.network import (
 )
 from trackmind.agent.resets import reset_optimizer_state_, reset_slot, shrink_perturb_
 from trackmind.agent.schedules import Schedule
+from trackmind.env.mirror import FloatMirror, mirror_batch, mirrored_actions
 from trackmind.errors import ConfigError, check_schema, require
 from trackmind.training.captured_step import CapturedStep
 
@@ -178,6 +179,9 @@ class LearnerConfig:
     reset_until_frames: int = 0
     reset_shrink: float = 0.5
     reset_modules: list[str] = field(default_factory=lambda: ["advantage", "value"])
+    # the share of each batch the learner mirrors left to right (env/mirror.py): states,
+    # frames and actions of those samples swapped for their mirror twins (0: off)
+    mirror_share: float = 0.0
 
     def __post_init__(self) -> None:
         key = "learner"
@@ -235,6 +239,8 @@ class LearnerConfig:
             f"{key}.reset_until_frames",
             f"must be 0 or above reset_every_frames ({ev}), else no reset falls: got {un!r}",
         )
+        ms = self.mirror_share
+        require(0 <= ms <= 1, f"{key}.mirror_share", f"must be in [0, 1], got {ms!r}")
         rs = self.reset_shrink
         require(0 <= rs <= 1, f"{key}.reset_shrink", f"must be in [0, 1], got {rs!r}")
         tau = self.target_tau
@@ -332,9 +338,20 @@ class IQNLightningModule(L.LightningModule):
         frames: Callable[[], int] = lambda: 0,
         publish: Callable[[torch.nn.Module], Any] | None = None,
         on_priorities: Callable[[torch.Tensor, torch.Tensor], None] | None = None,
+        float_mirror: FloatMirror | None = None,
     ) -> None:
         super().__init__()
         self.cfg = learner_config(learner)
+        self.mirror_share = float(self.cfg.mirror_share)
+        require(
+            self.mirror_share == 0 or float_mirror is not None,
+            "learner.mirror_share",
+            "needs the observation's float mirror (RunPlan.float_mirror)",
+        )
+        if float_mirror is not None:  # not persistent: checkpoints keep their keys
+            self.register_buffer("mirror_perm", torch.as_tensor(float_mirror.perm), False)
+            self.register_buffer("mirror_sign", torch.as_tensor(float_mirror.sign), False)
+            self.register_buffer("mirror_action", torch.as_tensor(mirrored_actions()), False)
         self.automatic_optimization = False
         self.online_network = network
         self.target_network = copy.deepcopy(network)
@@ -461,7 +478,15 @@ class IQNLightningModule(L.LightningModule):
         )
         return LossParts(loss, per_sample, z, stats)
 
+    def mirrored(self, batch: Mapping[str, torch.Tensor]) -> Mapping[str, torch.Tensor]:
+        """The batch with a `mirror_share` of its samples, drawn afresh, mirrored."""
+        if self.mirror_share == 0:
+            return batch
+        mask = torch.rand(batch["action"].shape[0], device=self.device) < self.mirror_share
+        return mirror_batch(batch, mask, self.mirror_perm, self.mirror_sign, self.mirror_action)
+
     def training_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int):
+        batch = self.mirrored(batch)
         opt = self.optimizers()
         lr = self.current_lr()
         b = int(batch["action"].shape[0])

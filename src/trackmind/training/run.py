@@ -142,6 +142,7 @@ def build_learner(plan: RunPlan, resumed_state: dict | None) -> Learner:
         frames=shared.frames_played,
         publish=WeightPublisher(shared, history),
         on_priorities=buffers.update_priorities if buffers.config.prioritized else None,
+        float_mirror=plan.float_mirror,
     )
     if resumed_state is not None:
         check_network_matches(resumed_state, module)
