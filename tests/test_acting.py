@@ -263,6 +263,17 @@ def test_evaluate_races_every_loadable_map_and_names_the_others(tmp_path, capsys
     ]
 
 
+def test_evaluate_mirror_races_on_the_mirror_averaged_q(tmp_path, capsys):
+    """scripts/evaluate.py --mirror: a race on the mean Q of each observation and its mirror
+    image (the values themselves: tests/test_mirror.py)."""
+    import evaluate as script
+
+    agent = _untrained_agent(tmp_path)
+    assert script.main([str(agent), "--maps", "starter", "--mirror"]) == 0
+    out, _ = capsys.readouterr()
+    assert len([x for x in out.splitlines() if x.startswith("| starter |")]) == 1
+
+
 def test_value_audit_compares_q_with_true_mini_race_returns(tmp_path, capsys):
     """scripts/value_audit.py: one row per audited state, returns of every alternative."""
     import value_audit as script

@@ -9,14 +9,17 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from trackmind.agent.inference import observation_q
 from trackmind.agent.network_config import build_network
 from trackmind.env import manager
 from trackmind.env.build import build_managers, default_env_config, make_race
 from trackmind.env.mirror import (
+    MIRRORED_ACTIONS,
     FloatMirror,
     concatenated,
     lateral_flipped,
     mirror_batch,
+    mirror_observation,
     mirrored_actions,
     pairs_swapped,
     unchanged,
@@ -93,7 +96,7 @@ def _race(track: Track):
 
 def test_the_simulated_race_is_mirror_symmetric():
     """A map and its reflection, driven by mirrored actions: the floats are each other's
-    mirror to the last bit, the rewards equal, and the frames each other's left-right flip
+    mirror (to 1e-4), the rewards equal, and the frames each other's left-right flip
     but where the road's texture cells fall differently (edges, a pixel wide)."""
     line = line_from_recipe([("S", 60.0), ("L", 30.0, 90.0), ("S", 40.0), ("R", 25.0, 120.0)])
     race = _race(Track.build("a", line, 6.0, 8.0, closed=False))
@@ -171,3 +174,22 @@ def test_learner_mirrors_its_share_and_needs_the_map():
     assert none.mirrored(batch) is batch
     with pytest.raises(ConfigError, match=r"learner.mirror_share.*\[0, 1\]"):
         learner_config(_learner(mirror_share=1.5))
+
+
+def test_mirror_averaged_q_turns_left_and_right_alike():
+    """Q_sym(s, a) = (Q(s, a) + Q(m(s), m(a))) / 2: the mirror image of an observation gets
+    the mirror image of its Q values, which a plain network does not."""
+    obs_manager, _, _ = build_managers(default_env_config(), {})
+    m = obs_manager.float_mirror()
+    raw = OmegaConf.to_container(OmegaConf.load(CONF / "network" / "iqn_floats.yaml"))
+    net = build_network(raw, 184, None).eval()
+    floats = np.random.default_rng(0).normal(size=(3, 184)).astype(np.float32)
+    obs, twin = {"floats": floats}, mirror_observation({"floats": floats}, m)
+    q, q_twin = observation_q(net, obs, 8, mirror=m), observation_q(net, twin, 8, mirror=m)
+    np.testing.assert_allclose(q_twin, q[:, MIRRORED_ACTIONS], rtol=1e-5, atol=1e-6)
+    plain, plain_twin = observation_q(net, obs, 8), observation_q(net, twin, 8)
+    assert not np.allclose(plain_twin, plain[:, MIRRORED_ACTIONS], atol=1e-6)
+    np.testing.assert_allclose(q, (plain + plain_twin[:, MIRRORED_ACTIONS]) / 2, rtol=1e-6)
+    frame = np.arange(6, dtype=np.uint8).reshape(1, 1, 2, 3)
+    seen = mirror_observation({"floats": floats[:1], "frame": frame}, m)["frame"]
+    assert seen[0, 0].tolist() == [[2, 1, 0], [5, 4, 3]]

@@ -69,11 +69,14 @@ def evaluate(
     video: bool = True,
     midpoint: bool = True,
     cvar: float | None = None,
+    mirror: bool = False,
 ) -> list[dict]:
     """Greedy races (one car each) on every map; a row of results per map.
 
     `maps` are map names or cycle entries (`{map, challenge, reference_time_ms}`).
     `cvar` overrides the checkpoint's network.greedy_cvar (the greedy races' risk).
+    `mirror` acts on the mean of the Q values of each observation and of its mirror image
+    (agent/inference.py's observation_q), a policy that turns left and right alike.
     With `plot_dir`, the best race of each map is drawn there (trajectory coloured by speed)
     and, with `video`, rendered as a GIF from the sim (driver's view and minimap).
     """
@@ -101,6 +104,7 @@ def evaluate(
                     video=video,
                     midpoint=midpoint,
                     cvar=cvar,
+                    mirror=mirror,
                 )
             )
         finally:
@@ -145,7 +149,19 @@ def checkpoint_race(path: str, map_name: str):
 
 
 def _evaluate_map(
-    race, cfg, ckpt, cycle, entry, *, races, trace, plot_dir, video, midpoint, cvar=None
+    race,
+    cfg,
+    ckpt,
+    cycle,
+    entry,
+    *,
+    races,
+    trace,
+    plot_dir,
+    video,
+    midpoint,
+    cvar=None,
+    mirror=False,
 ) -> dict:
     """`races` greedy races on one map, with the trace, plot and GIF asked for; its row."""
 
@@ -153,9 +169,10 @@ def _evaluate_map(
     gen = torch.Generator().manual_seed(0)
     k = network.n_quantiles_inference
     cvar = network.greedy_cvar if cvar is None else float(cvar)
+    twin = race.observation.float_mirror(FLOATS) if mirror else None
 
     def policy(obs, greedy, net=net, gen=gen, k=k):
-        q = observation_q(net, obs, k, gen, midpoint, cvar)
+        q = observation_q(net, obs, k, gen, midpoint, cvar, twin)
         return q.argmax(axis=1), q, np.ones(len(q), bool)
 
     gim = GameInstanceManager(race, cycle)

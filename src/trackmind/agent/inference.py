@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from trackmind.agent.network import IQNNetwork, conv_layout_for, midpoint_taus, random_taus
+from trackmind.env.mirror import MIRRORED_ACTIONS, FloatMirror, mirror_observation
 from trackmind.env.observations import FLOATS
 
 MODES = ("none", "script", "compile")
@@ -140,9 +141,25 @@ def greedy_q(
 
 
 def observation_q(
-    net, obs: dict, k: int, generator=None, midpoint: bool = True, cvar: float = 1.0
+    net,
+    obs: dict,
+    k: int,
+    generator=None,
+    midpoint: bool = True,
+    cvar: float = 1.0,
+    mirror: FloatMirror | None = None,
 ) -> np.ndarray:
     """Q values (cars, actions) of one race observation: the frame if the race has one, the
-    floats, k taus (the quantile midpoints unless `midpoint` is False)."""
-    img = torch.from_numpy(obs["frame"]) if "frame" in obs else None
-    return greedy_q(net, img, torch.from_numpy(obs[FLOATS]), k, generator, midpoint, cvar).numpy()
+    floats, k taus (the quantile midpoints unless `midpoint` is False). With `mirror`, the
+    mean of Q(s, a) and Q(mirror(s), mirror(a)): the policy and its mirror image as one,
+    whose greedy action does not depend on which way the road turns."""
+
+    def q_of(o: dict) -> np.ndarray:
+        img = torch.from_numpy(o["frame"]) if "frame" in o else None
+        return greedy_q(net, img, torch.from_numpy(o[FLOATS]), k, generator, midpoint, cvar)
+
+    q = q_of(obs).numpy()
+    if mirror is None:
+        return q
+    twin = q_of(mirror_observation(obs, mirror)).numpy()
+    return (q + twin[:, MIRRORED_ACTIONS]) / 2

@@ -7,6 +7,7 @@
     python scripts/evaluate.py agent.pt --maps a01                         # a registered map
     python scripts/evaluate.py agent.pt --taus random --races 5            # Linesight's acting
     python scripts/evaluate.py agent.pt --maps circuits/*.csv --json zero_shot.json
+    python scripts/evaluate.py agent.pt --maps circuits/*.csv --mirror     # Q and its mirror's
 
 The checkpoint carries the config it was trained with (network, env, reward), so the same
 observations are built, in the same game: the sim, or the real game for an agent trained
@@ -60,6 +61,12 @@ def main(argv: list[str] | None = None) -> int:
         help="risk of the greedy Q: the mean of the lowest CVAR share of quantiles, in (0, 1] "
         "(default: the checkpoint's network.greedy_cvar, 1 = the mean)",
     )
+    ap.add_argument(
+        "--mirror",
+        action="store_true",
+        help="act on the mean Q of each observation and its mirror image (left and right "
+        "swapped): a policy that takes left and right corners alike",
+    )
     ap.add_argument("--json", type=Path, default=None, help="also write the rows to this file")
     args = ap.parse_args(argv)
     try:
@@ -77,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             not args.no_video,
             args.taus == "midpoint",
             args.cvar,
+            mirror=args.mirror,
         )
     except (ValueError, GameUnavailable) as e:  # MapError and ConfigError are ValueErrors too
         print(f"error: {e}", file=sys.stderr)

@@ -45,6 +45,9 @@ def mirrored_actions(actions: np.ndarray = ACTIONS) -> np.ndarray:
     return out
 
 
+MIRRORED_ACTIONS = mirrored_actions()  # of the 12 Trackmania actions
+
+
 @dataclass(frozen=True)
 class FloatMirror:
     """How a float vector mirrors: mirrored[i] = sign[i] * x[perm[i]]."""
@@ -100,6 +103,15 @@ def concatenated(parts: Sequence[FloatMirror]) -> FloatMirror:
         np.concatenate(perms).astype(np.int64) if perms else np.zeros(0, np.int64),
         np.concatenate([p.sign for p in parts]).astype(np.float32),
     )
+
+
+def mirror_observation(obs: Mapping[str, np.ndarray], floats: FloatMirror) -> dict:
+    """A race observation {frame (B, 1, H, W), floats (B, F)} seen in the mirror (the keys
+    of env/observations.py's default terms)."""
+    out = {"floats": floats.apply(obs["floats"])}
+    if "frame" in obs:
+        out["frame"] = np.ascontiguousarray(obs["frame"][..., ::-1])
+    return out
 
 
 def mirror_batch(

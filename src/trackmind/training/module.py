@@ -33,7 +33,7 @@ from trackmind.agent.network import (
 )
 from trackmind.agent.resets import reset_optimizer_state_, reset_slot, shrink_perturb_
 from trackmind.agent.schedules import Schedule
-from trackmind.env.mirror import FloatMirror, mirror_batch, mirrored_actions
+from trackmind.env.mirror import MIRRORED_ACTIONS, FloatMirror, mirror_batch
 from trackmind.errors import ConfigError, check_schema, require
 from trackmind.training.captured_step import CapturedStep
 
@@ -351,7 +351,7 @@ class IQNLightningModule(L.LightningModule):
         if float_mirror is not None:  # not persistent: checkpoints keep their keys
             self.register_buffer("mirror_perm", torch.as_tensor(float_mirror.perm), False)
             self.register_buffer("mirror_sign", torch.as_tensor(float_mirror.sign), False)
-            self.register_buffer("mirror_action", torch.as_tensor(mirrored_actions()), False)
+            self.register_buffer("mirror_action", torch.as_tensor(MIRRORED_ACTIONS), False)
         self.automatic_optimization = False
         self.online_network = network
         self.target_network = copy.deepcopy(network)
