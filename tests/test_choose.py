@@ -126,3 +126,12 @@ def test_an_average_of_more_snapshots_than_kept_is_one_line(run_dir, capsys):
     assert err == f"error: --average 3: {run_dir} keeps 2 snapshots"
     assert main([str(run_dir), "--maps", "procedural:7", "--average", "0"]) == 2
     assert "must be at least 1" in capsys.readouterr().err
+
+
+def test_mirror_races_every_candidate_on_the_mirror_averaged_q(run_dir, tmp_path):
+    out = tmp_path / "ranks.json"
+    assert main([str(run_dir), "--maps", "procedural:7", "--mirror", "--json", str(out)]) == 0
+    ranks = json.loads(out.read_text())
+    assert ranks["mirror"] is True and len(ranks["rows"]) == 4
+    # the same weights race the same with the mirror too
+    assert ranks["rows"][1]["maps"] == ranks["rows"][3]["maps"]

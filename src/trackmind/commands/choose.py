@@ -3,6 +3,7 @@
     python scripts/choose_checkpoint.py outputs/<run> --maps procedural:206-235 narrow:206-235
     python scripts/choose_checkpoint.py outputs/<run> --maps ... --json ranks.json --keep pick.pt
     python scripts/choose_checkpoint.py outputs/<run> --maps ... --average 5 --keep pick.pt
+    python scripts/choose_checkpoint.py outputs/<run> --maps ... --average 5 --mirror
 
 A run with `validation.snapshots=true` keeps the weights of every validation in
 `<run>/validation/`; with validated.pt, best.pt and agent.pt they are the candidates. The
@@ -61,9 +62,12 @@ def averaged(snapshots: list[tuple[str, dict]], n: int) -> list[tuple[str, dict]
     return out
 
 
-def rank(run_dir: Path, maps: list[str], average: int = 1) -> tuple[list[dict], dict]:
+def rank(
+    run_dir: Path, maps: list[str], average: int = 1, mirror: bool = False
+) -> tuple[list[dict], dict]:
     """(a row per candidate: its step and minute, maps finished, mean progress, median ratio,
-    per-map ratios, and `chosen` on the best by validation_score; the chosen checkpoint)."""
+    per-map ratios, and `chosen` on the best by validation_score; the chosen checkpoint).
+    With `mirror`, every candidate acts on the mean Q of each observation and its mirror."""
     from trackmind.env.build import make_race
     from trackmind.env.map_cycle import loadable_cycle
     from trackmind.evaluation import checkpoint_network, load_checkpoint
@@ -103,7 +107,7 @@ def rank(run_dir: Path, maps: list[str], average: int = 1) -> tuple[list[dict], 
         for name, ckpt in loaded:
             try:
                 result = races.run(
-                    ckpt["network"], network.n_quantiles_inference, network.greedy_cvar
+                    ckpt["network"], network.n_quantiles_inference, network.greedy_cvar, mirror
                 )
             except RuntimeError:
                 raise ValueError(f"{name}: weights of another network than {paths[0]}") from None
@@ -140,9 +144,14 @@ def main(argv: list[str] | None = None) -> int:
         metavar="N",
         help="also race the mean weights of every N consecutive snapshots",
     )
+    ap.add_argument(
+        "--mirror",
+        action="store_true",
+        help="race on the mean Q of each observation and its mirror image (evaluate.py --mirror)",
+    )
     args = ap.parse_args(argv)
     try:
-        rows, pick = rank(args.run, args.maps, args.average)
+        rows, pick = rank(args.run, args.maps, args.average, args.mirror)
     except ValueError as e:  # MapError and ConfigError are ValueErrors too
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -165,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kept {chosen['checkpoint']} as {args.keep}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        out = {"run": str(args.run), "maps": args.maps, "average": args.average, "rows": rows}
+        out = {"run": str(args.run), "maps": args.maps, "average": args.average}
+        out.update(mirror=args.mirror, rows=rows)
         args.json.write_text(json.dumps(out, indent=1, default=float) + "\n")
     return 0
 

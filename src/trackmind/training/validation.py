@@ -133,19 +133,22 @@ class ValidationRaces:
         self.gim = GameInstanceManager(race, MapCycle(self.entries))
         self.net = new_network().eval()
 
-    def run(self, weights: dict, k: int, cvar: float) -> ValidationResult:
+    def run(self, weights: dict, k: int, cvar: float, mirror: bool = False) -> ValidationResult:
         """Every map's first greedy race with these weights (the quantile midpoints as taus,
-        so the result depends on the weights alone)."""
+        so the result depends on the weights alone); with `mirror`, on the mean Q of each
+        observation and its mirror image (agent/inference.py's observation_q)."""
         from trackmind.agent.inference import observation_q
         from trackmind.env.map_cycle import MapCycle
+        from trackmind.env.observations import FLOATS
 
         self.net.load_state_dict(weights)
         gim, n = self.gim, len(self.names)
+        twin = gim.race.observation.float_mirror(FLOATS) if mirror else None
         gim.cycle = MapCycle(self.entries)  # from its start: car i races map i
         gim.begin()
         first: list[dict | None] = [None] * n
         while any(r is None for r in first):
-            q = observation_q(self.net, gim.obs, k, midpoint=True, cvar=cvar)
+            q = observation_q(self.net, gim.obs, k, midpoint=True, cvar=cvar, mirror=twin)
             for c, r in gim.advance(q.argmax(axis=1), q, np.ones(n, bool)):
                 if first[c] is None:
                     first[c] = r
