@@ -1,17 +1,17 @@
-"""The race mirrored left to right: every transition has a twin the collectors never drove.
+"""The race mirrored left to right: every observation has a twin in a mirrored world.
 
 A road reflected across the car's forward axis is a road too, and the car's physics do not
 care which way a corner turns. So a transition (s, a, r, s') seen in the mirror, with left and
 right swapped in the state, the action and the frame, is another valid transition with the
-same reward. Training on a share of each batch mirrored (`learner.mirror_share`) doubles the
-corners a run has seen (every left hairpin is also a right one) at no cost in collection,
-the symmetry prior of data augmentation for value-based agents (DrQ's image shifts are the
-same idea for translations).
+same reward. Two uses: training on a share of each batch mirrored (`learner.mirror_share`,
+data augmentation by a symmetry), and acting on the mean of Q(s, a) and Q(mirror(s),
+mirror(a)) (`evaluate.py --mirror`), a policy that takes left and right corners alike. On the
+generalisation recipe the first lost and the second won (docs/benchmarks.md, "Mirror images").
 
 A float feature mirrors by a permutation (left and right wheels, the left and right keys of
 the previous actions) and a sign (lateral components of vectors in the car frame). Each
 observation term says how it mirrors (`VectorlikeTerm.mirror`); this module holds the pure
-functions over those maps and the batch.
+functions over those maps, the observation and the batch.
 """
 
 from __future__ import annotations

@@ -96,7 +96,8 @@ class VectorlikeTerm(ObservationTerm):
 
     def mirror(self) -> FloatMirror | None:
         """How this term's vector mirrors left to right (env/mirror.py); None: unknown, so a
-        learner that mirrors its batches refuses the term rather than guess."""
+        learner that mirrors its batches, or a race with the mirror, refuses the term rather
+        than guess."""
         return None
 
     def feature_names(self) -> list[str]:
@@ -204,7 +205,9 @@ class ObservationManager(Manager):
         if m is None:
             missing = t.unmirrored() if isinstance(t, GroupedObservationTerm) else [t.name]
             raise ConfigError(
-                where, f"learner.mirror_share needs terms that mirror; {missing} do not"
+                where,
+                f"the mirror (learner.mirror_share, --mirror) needs terms that say how they "
+                f"mirror; {missing} do not",
             )
         if t.normalize:
             mean, std = t.mean, t.std
