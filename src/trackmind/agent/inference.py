@@ -156,10 +156,10 @@ def observation_q(
 
     def q_of(o: dict) -> np.ndarray:
         img = torch.from_numpy(o["frame"]) if "frame" in o else None
-        return greedy_q(net, img, torch.from_numpy(o[FLOATS]), k, generator, midpoint, cvar)
+        floats = torch.from_numpy(o[FLOATS])
+        return greedy_q(net, img, floats, k, generator, midpoint, cvar).numpy()
 
-    q = q_of(obs).numpy()
+    q = q_of(obs)
     if mirror is None:
         return q
-    twin = q_of(mirror_observation(obs, mirror)).numpy()
-    return (q + twin[:, MIRRORED_ACTIONS]) / 2
+    return (q + q_of(mirror_observation(obs, mirror))[:, MIRRORED_ACTIONS]) / 2

@@ -16,6 +16,7 @@ mean of the last N validations' weights as averaged.pt, raced on the same maps.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import statistics
@@ -34,6 +35,7 @@ from trackmind.errors import ConfigError, require
 
 if TYPE_CHECKING:
     from trackmind.env.map_cycle import CycleEntry
+    from trackmind.env.mirror import FloatMirror
 
 log = logging.getLogger(__name__)
 
@@ -139,11 +141,10 @@ class ValidationRaces:
         observation and its mirror image (agent/inference.py's observation_q)."""
         from trackmind.agent.inference import observation_q
         from trackmind.env.map_cycle import MapCycle
-        from trackmind.env.observations import FLOATS
 
         self.net.load_state_dict(weights)
         gim, n = self.gim, len(self.names)
-        twin = gim.race.observation.float_mirror(FLOATS) if mirror else None
+        twin = self.float_mirror if mirror else None
         gim.cycle = MapCycle(self.entries)  # from its start: car i races map i
         gim.begin()
         first: list[dict | None] = [None] * n
@@ -157,6 +158,14 @@ class ValidationRaces:
             progress.append(min(1.0, max(r["meters_advanced_along_centerline"]) / length))
             ratios.append(r["race_time"] / ref if r["finished"] else None)
         return ValidationResult(tuple(progress), tuple(ratios))
+
+    @functools.cached_property
+    def float_mirror(self) -> FloatMirror:
+        """The floats' mirror, made once for every candidate raced with the mirror (and only
+        then: a race of terms that cannot mirror races plainly)."""
+        from trackmind.env.observations import FLOATS
+
+        return self.gim.race.observation.float_mirror(FLOATS)
 
     def close(self) -> None:
         self.gim.race.close()
