@@ -3,6 +3,8 @@
 import numpy as np
 import pytest
 
+from trackmind.sim.driver import PurePursuitDriver, drive_races
+from trackmind.sim.game import SimGame
 from trackmind.sim.mapio import import_csv, import_npy, load_map, save_map
 from trackmind.sim.maps import (
     MAX_SEED_RANGE,
@@ -10,10 +12,12 @@ from trackmind.sim.maps import (
     builtin_names,
     expand_seed_range,
     grandprix_map,
+    hairpin_map,
     line_from_recipe,
     narrow_map,
     procedural_map,
 )
+from trackmind.sim.reference import reference_time_ms
 from trackmind.sim.track import RUN_UP_M, MapError, Track, curvature
 
 
@@ -103,8 +107,31 @@ def test_narrow_maps_have_real_road_widths_and_chicanes():
         assert flips, f"narrow:{seed} has no chicane"
 
 
+def test_hairpin_maps_have_real_hairpins_that_the_scripted_driver_takes():
+    """Hairpin maps reach the apex radii of real circuits' tightest corners (5.5-9 m, below
+    the grand-prix family's half-width + 4 m), on a grand-prix road; the road stays drivable."""
+    a, b = hairpin_map(7), hairpin_map(7)
+    np.testing.assert_array_equal(a.points, b.points)
+    apexes = []
+    for seed in range(8):
+        t = hairpin_map(seed)
+        half_width = float(t.width_left[len(t.width_left) // 2])
+        assert 4.5 <= half_width <= 9.0
+        assert t.length_m > 2400
+        kappa = np.convolve(np.abs(curvature(t.points)), np.ones(5) / 5, mode="same")
+        apexes.append(1.0 / kappa.max())
+        assert apexes[-1] > 5.0  # the apex arcs' 5.5 m, less the join's smoothing
+    assert min(apexes) < 7.0 and np.median(apexes) < 8.5 + 1e-9  # grand-prix maps: >= 10.5 m
+    track = hairpin_map(1)
+    game = SimGame(1, maps=[track], frame_shape=None)
+    (result,) = drive_races(game, PurePursuitDriver([track], speed_share=0.8))
+    assert result["finished"]
+    assert 1.1 < result["race_time_ms"] / reference_time_ms(track) < 1.4
+
+
 def test_generated_map_specs_load_by_family():
     assert load_map("grandprix:3").name == "grandprix:3"
+    assert load_map("hairpin:3").name == "hairpin:3"
     assert load_map("procedural:3").name == "procedural:3"
     assert load_map("narrow:3").name == "narrow:3"
     with pytest.raises(MapError, match="grandprix:x: grandprix seed must be an integer"):
