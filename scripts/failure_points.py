@@ -117,11 +117,16 @@ def summarise(zones: list[dict]) -> dict[str, float]:
     return out
 
 
-def stop_rates(stopped: list[dict], passed: list[dict], trained_width: float) -> dict[str, str]:
+def stop_rates(
+    stopped: list[dict], passed: list[dict], trained_width: float, trained_radius: float
+) -> dict[str, str]:
     """Of the zones of each kind a race met, the share it stopped at ("stops / met");
-    trained_width: the narrowest half-width of the training maps' zones."""
-    w = trained_width
+    trained_width and trained_radius: the narrowest half-width and the tightest racing-line
+    radius of the training maps' zones."""
+    w, r = trained_width, trained_radius
     kinds = {
+        f"radius under {r:.1f} m": lambda z: z["radius"] < r,
+        f"radius {r:.1f} m or more": lambda z: z["radius"] >= r,
         "chicane": lambda z: z["chicane"],
         "not a chicane": lambda z: not z["chicane"],
         f"half-width under {NARROW_M:g} m": lambda z: z["half_width"] < NARROW_M,
@@ -221,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         "zones of the training maps": summarise(train_zones),
         "zones stopped at": summarise(failed),
         "zones passed": summarise(done),
-        "stops per zone met": stop_rates(failed, done, extremes["half_width"]),
+        "stops per zone met": stop_rates(failed, done, extremes["half_width"], extremes["radius"]),
     }
     print(" | ".join(COLUMNS))
     for cells in rows:

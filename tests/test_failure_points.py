@@ -56,10 +56,15 @@ def test_the_stop_zone_and_what_lies_outside_training():
 
 
 def test_stop_rates_count_the_zones_met():
-    chicane = {"chicane": True, "half_width": 4.0}
-    plain = {"chicane": False, "half_width": 8.0}
-    rates = stop_rates([chicane], [chicane, plain, plain, plain], trained_width=7.5)
+    chicane = {"chicane": True, "half_width": 4.0, "radius": 20.0}
+    plain = {"chicane": False, "half_width": 8.0, "radius": 30.0}
+    hairpin = {"chicane": False, "half_width": 8.0, "radius": 9.0}
+    rates = stop_rates(
+        [chicane, hairpin], [chicane, plain, plain, hairpin], trained_width=7.5, trained_radius=12
+    )
+    assert rates["radius under 12.0 m"] == "1 / 2 (50.0%)"
+    assert rates["radius 12.0 m or more"] == "1 / 4 (25.0%)"
     assert rates["chicane"] == "1 / 2 (50.0%)"
-    assert rates["not a chicane"] == "0 / 3 (0.0%)"
+    assert rates["not a chicane"] == "1 / 4 (25.0%)"
     assert rates["half-width under 5 m"] == "1 / 2 (50.0%)"
     assert rates["chicane, half-width 7.5 m or more"] == "0 / 0"
