@@ -5,17 +5,19 @@
         --json docs/results/generalisation/failure-points.json
 
 An evaluation result (scripts/evaluate.py --json) gives each map's finish rate and how far
-its furthest race got. Every braking zone of a map's reference lap (a local minimum of the
-limit speed, at least MIN_DROP_MPS below the fastest point of the 500 m before it) is
-described by the speed it starts from, the speed lost, the distance from that fastest point
-to the minimum (the braking and the turn-in), the corner
-radius and the road's half-width there, the straight before it and whether the corner is a
-chicane (the curvature changes sign within 80 m). A race that did not finish stopped at
-the first braking zone after its furthest point; the table sets that zone beside the
-extremes of every braking zone of the training maps, and names the figures outside them.
-The same is given for the hardest zone (most speed lost) of each map that finished, and the
-medians of the zones stopped at are set against those of every zone a race passed, so
-that the failures can be told from what the agent already handles.
+its furthest race got; several results (checkpoints, runs) are pooled. Every braking zone
+of a map's reference lap (a local minimum of the limit speed, at least MIN_DROP_MPS below
+the fastest point of the 500 m before it) is described by the speed it starts from, the
+speed lost, the distance from that fastest point to the minimum (the braking and the
+turn-in), the racing line's corner radius and the road's half-width there, the straight
+before it and whether the corner is a chicane (the curvature changes sign within 80 m). A
+race that did not finish stopped at the first braking zone after its furthest point; the
+table sets that zone beside the extremes of every braking zone of the training maps, and
+names the figures outside them. The same is given for the hardest zone (most speed lost) of
+each map that finished, and the medians of the zones stopped at are set against those of
+every zone a race passed (and the stops per zone met, by kind: tighter or narrower than any
+training zone, chicane or not), so that the failures can be told from what the agent
+already handles.
 """
 
 from __future__ import annotations
@@ -197,7 +199,9 @@ COLUMNS = [
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("results", type=Path, help="a scripts/evaluate.py --json file")
+    ap.add_argument(
+        "results", type=Path, nargs="+", help="scripts/evaluate.py --json files (pooled)"
+    )
     ap.add_argument("--dirs", nargs="+", type=Path, default=[Path("maps")])
     ap.add_argument("--training", nargs="+", required=True, help="the maps trained on")
     ap.add_argument("--only", default="", help="only the maps whose name contains this")
@@ -206,11 +210,15 @@ def main(argv: list[str] | None = None) -> int:
     train_zones = [z for m in args.training for z in map_zones(load_map(m))]
     extremes = training_extremes(train_zones)
     rows, failed, done = [], [], []
-    for r in json.loads(args.results.read_text())["maps"]:
+    zones_of: dict[str, tuple[Track, list[dict]]] = {}  # a map's zones, once for all files
+    results = [r for path in args.results for r in json.loads(path.read_text())["maps"]]
+    for r in results:
         if args.only not in r["map"]:
             continue
-        track = resolve(r["map"], args.dirs)
-        zones = map_zones(track)
+        if r["map"] not in zones_of:
+            track = resolve(r["map"], args.dirs)
+            zones_of[r["map"]] = (track, map_zones(track))
+        track, zones = zones_of[r["map"]]
         if r["finish_rate"] > 0:
             zone = max(zones, key=lambda z: z["drop"]) if zones else None
         else:

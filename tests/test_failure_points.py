@@ -1,5 +1,7 @@
 """scripts/failure_points.py: braking zones of a speed profile, checked by hand."""
 
+import json
+
 import numpy as np
 from test_scripts import load_script
 
@@ -68,3 +70,23 @@ def test_stop_rates_count_the_zones_met():
     assert rates["not a chicane"] == "1 / 4 (25.0%)"
     assert rates["half-width under 5 m"] == "1 / 2 (50.0%)"
     assert rates["chicane, half-width 7.5 m or more"] == "0 / 0"
+
+
+def test_results_of_several_evaluations_are_pooled(tmp_path, capsys):
+    """Two evaluation files of the same map: one race finished, one stopped at 40%; the
+    pooled table has both rows, and the stop counts as one of the zones met twice."""
+    files = []
+    for i, (rate, progress) in enumerate([(1.0, 1.0), (0.0, 0.4)]):
+        result = {"map": "procedural:1", "finish_rate": rate, "progress": progress}
+        files.append(tmp_path / f"eval{i}.json")
+        files[-1].write_text(json.dumps({"checkpoint": f"c{i}", "maps": [result]}))
+    out = tmp_path / "points.json"
+    argv = [*map(str, files), "--training", "procedural:2", "--json", str(out)]
+    assert fp.main(argv) == 0
+    table = json.loads(out.read_text())
+    assert [row[1] for row in table["rows"]] == ["finished", "40%"]
+    rates = table["medians"]["stops per zone met"]
+    counts = [
+        [int(x) for x in rates[k].split(" (")[0].split(" / ")] for k in ("chicane", "not a chicane")
+    ]
+    assert sum(c[0] for c in counts) == 1 and sum(c[1] for c in counts) > 2
