@@ -10,6 +10,7 @@ from trackmind.sim.maps import (
     MAX_SEED_RANGE,
     builtin_map,
     builtin_names,
+    chicane_map,
     expand_seed_range,
     grandprix_map,
     hairpin_map,
@@ -129,9 +130,50 @@ def test_hairpin_maps_have_real_hairpins_that_the_scripted_driver_takes():
     assert 1.1 < result["race_time_ms"] / reference_time_ms(track) < 1.4
 
 
+def chicanes_after_straights(track: Track, straight_m: float = 300.0) -> list[float]:
+    """Arclengths of the chicanes a track has after a straight of straight_m or more: two sharp
+    arcs (centreline radius under 20 m) of opposite turn under 40 m apart, the first turning
+    in under 40 m after straight_m of centreline straighter than 400 m radius."""
+    kappa = np.convolve(curvature(track.points), np.ones(3) / 3, mode="same")
+    sharp = np.flatnonzero(np.abs(kappa) > 1 / 20)
+    found = []
+    for i, j in zip(sharp[:-1], sharp[1:]):
+        if np.sign(kappa[i]) == np.sign(kappa[j]) or track.s[j] - track.s[i] > 40:
+            continue
+        bends = np.flatnonzero(np.abs(kappa[:i]) >= 1 / 400)  # the first arc and all before
+        start = i
+        while start > 0 and abs(kappa[start - 1]) >= 1 / 400:
+            start -= 1
+        before = bends[bends < start]
+        run = track.s[start] - (track.s[before[-1]] if before.size else 0.0)
+        if run >= straight_m and track.s[i] - track.s[start] < 40:
+            found.append(float(track.s[j]))
+    return found
+
+
+def test_chicane_maps_have_narrow_chicanes_after_long_straights_that_the_driver_takes():
+    """Chicane maps put real chicanes (7-18 m arcs) at the end of 300-1200 m straights on a
+    road of 3.5-5 m half-width. The hairpin maps' one-way corners after straights and the
+    narrow maps' chicanes after short pieces are not counted as such."""
+    a, b = chicane_map(7), chicane_map(7)
+    np.testing.assert_array_equal(a.points, b.points)
+    for seed in range(6):
+        t = chicane_map(seed)
+        assert 3.5 <= float(t.width_left[len(t.width_left) // 2]) <= 5.0
+        assert chicanes_after_straights(t), f"chicane:{seed} has no chicane after a straight"
+    for other in (hairpin_map(102), hairpin_map(104), narrow_map(102), narrow_map(103)):
+        assert not chicanes_after_straights(other), other.name
+    track = chicane_map(3)
+    game = SimGame(1, maps=[track], frame_shape=None)
+    (result,) = drive_races(game, PurePursuitDriver([track], speed_share=0.8))
+    assert result["finished"]
+    assert 1.1 < result["race_time_ms"] / reference_time_ms(track) < 1.4
+
+
 def test_generated_map_specs_load_by_family():
     assert load_map("grandprix:3").name == "grandprix:3"
     assert load_map("hairpin:3").name == "hairpin:3"
+    assert load_map("chicane:3").name == "chicane:3"
     assert load_map("procedural:3").name == "procedural:3"
     assert load_map("narrow:3").name == "narrow:3"
     with pytest.raises(MapError, match="grandprix:x: grandprix seed must be an integer"):

@@ -226,12 +226,27 @@ def hairpin_map(seed: int, length_m: float = 2500.0) -> Track:
     return _generated_map("hairpin", seed, length_m, 4.5, 9.0, _hairpin_pieces)
 
 
+def chicane_map(seed: int, length_m: float = 2500.0) -> Track:
+    """A grand-prix map on a real circuit's narrowest road, its long straights ending in a chicane.
+
+    With real hairpins trained, the zero-shot stops on real circuits are at chicanes after a
+    long straight on a narrow road (Monza's first chicane after 830 m, half-width 3.9-4.0 m,
+    racing-line radius 9 m; Montreal's after 460 and 940 m, 3.8-4.3 m), and no training map
+    had one: the hairpin family's long straights end in one-way corners, the narrow family's
+    chicanes follow short pieces. This family draws half-widths of 3.5-5 m and makes a third
+    of its draws a straight of 300-1200 m into a real chicane: two opposite arcs of 7-18 m
+    radius, 40-95 degrees each, at most 30 m apart. Same seed, same map.
+    """
+    return _generated_map("chicane", seed, length_m, 3.5, 5.0, _chicane_pieces)
+
+
 # Generated map families: spec prefix -> generator (seed -> Track).
 GENERATED_FAMILIES = {
     "procedural": procedural_map,
     "grandprix": grandprix_map,
     "narrow": narrow_map,
     "hairpin": hairpin_map,
+    "chicane": chicane_map,
 }
 
 
@@ -387,6 +402,33 @@ def _real_hairpin(rng: np.random.Generator) -> Recipe:
         (side, apex, at_apex),
         (side, apex * float(rng.uniform(1.5, 3.0)), exit_),
     ]
+
+
+def _chicane_pieces(rng: np.random.Generator, width: float) -> Recipe:
+    """One draw of a chicane map: a long straight into a real chicane (30%), a real chicane
+    after a short piece (10%), else a grand-prix draw."""
+    u = rng.random()
+    if u < 0.3:
+        return [("S", float(rng.uniform(300, 1200))), *_real_chicane(rng, width)]
+    if u < 0.4:
+        return _real_chicane(rng, width)
+    return _grandprix_pieces(rng, width)
+
+
+def _real_chicane(rng: np.random.Generator, width: float) -> Recipe:
+    """A chicane as real circuits brake into from top speed: a tight first arc (7-14 m, at
+    least the half-width + 3 m) turning 40-95 degrees, at most 30 m of link, then an opposite
+    arc of 7-18 m turning back 0.7-1.3 times as far, so the road leaves near its old heading."""
+    first = _side(rng)
+    second = "R" if first == "L" else "L"
+    tightest = max(7.0, width + 3.0)
+    r1 = float(rng.uniform(tightest, 14.0))
+    r2 = float(rng.uniform(tightest, 18.0))
+    a1 = float(rng.uniform(40.0, 95.0))
+    a2 = float(min(120.0, a1 * rng.uniform(0.7, 1.3)))
+    gap = float(rng.uniform(0.0, 30.0))
+    middle = [("S", gap)] if gap > 5.0 else []
+    return [(first, r1, a1), *middle, (second, r2, a2)]
 
 
 def _braking_corner(rng: np.random.Generator, width: float) -> Recipe:
