@@ -58,17 +58,24 @@ def test_the_stop_zone_and_what_lies_outside_training():
 
 
 def test_stop_rates_count_the_zones_met():
-    chicane = {"chicane": True, "half_width": 4.0, "radius": 20.0}
-    plain = {"chicane": False, "half_width": 8.0, "radius": 30.0}
-    hairpin = {"chicane": False, "half_width": 8.0, "radius": 9.0}
+    chicane = {"chicane": True, "half_width": 4.0, "radius": 20.0, "straight_m": 800.0}
+    short = {"chicane": True, "half_width": 6.0, "radius": 20.0, "straight_m": 100.0}
+    plain = {"chicane": False, "half_width": 8.0, "radius": 30.0, "straight_m": 500.0}
+    hairpin = {"chicane": False, "half_width": 8.0, "radius": 9.0, "straight_m": 50.0}
     rates = stop_rates(
-        [chicane, hairpin], [chicane, plain, plain, hairpin], trained_width=7.5, trained_radius=12
+        [chicane, hairpin],
+        [chicane, plain, plain, hairpin, short],
+        trained_width=7.5,
+        trained_radius=12,
     )
     assert rates["radius under 12.0 m"] == "1 / 2 (50.0%)"
-    assert rates["radius 12.0 m or more"] == "1 / 4 (25.0%)"
-    assert rates["chicane"] == "1 / 2 (50.0%)"
+    assert rates["radius 12.0 m or more"] == "1 / 5 (20.0%)"
+    assert rates["chicane"] == "1 / 3 (33.3%)"
     assert rates["not a chicane"] == "1 / 4 (25.0%)"
+    assert rates["chicane after 300 m of straight or more"] == "1 / 2 (50.0%)"
+    assert rates["chicane after a shorter straight"] == "0 / 1 (0.0%)"
     assert rates["half-width under 5 m"] == "1 / 2 (50.0%)"
+    assert rates["chicane, half-width under 7.5 m"] == "1 / 3 (33.3%)"
     assert rates["chicane, half-width 7.5 m or more"] == "0 / 0"
 
 
