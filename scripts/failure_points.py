@@ -16,8 +16,8 @@ table sets that zone beside the extremes of every braking zone of the training m
 names the figures outside them. The same is given for the hardest zone (most speed lost) of
 each map that finished, and the medians of the zones stopped at are set against those of
 every zone a race passed (and the stops per zone met, by kind: tighter or narrower than any
-training zone, chicane or not), so that the failures can be told from what the agent
-already handles.
+training zone, chicane or not, a chicane after a long straight or not), so that the failures
+can be told from what the agent already handles.
 """
 
 from __future__ import annotations
