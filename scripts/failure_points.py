@@ -16,8 +16,8 @@ table sets that zone beside the extremes of every braking zone of the training m
 names the figures outside them. The same is given for the hardest zone (most speed lost) of
 each map that finished, and the medians of the zones stopped at are set against those of
 every zone a race passed (and the stops per zone met, by kind: tighter or narrower than any
-training zone, chicane or not, a chicane after a long straight or not), so that the failures
-can be told from what the agent already handles.
+training zone, chicane or not, a chicane at the end of a long straight, braking included, or
+not), so that the failures can be told from what the agent already handles.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ CHICANE_M = 80.0  # a chicane: both turn directions this far either side, sharpe
 CHICANE_RADIUS_M = 80.0  # ... this radius
 STRAIGHT_RADIUS_M = 400.0  # a straight: the racing line's radius above this
 NARROW_M = 5.0  # the summary's share of zones narrower than this half-width
-LONG_STRAIGHT_M = 300.0  # stops per zone met: chicanes after a straight this long or more
+LONG_STRAIGHT_M = 300.0  # stops per zone met: chicanes this far or more after the last bend
 BEHIND_M = 20.0  # a stop this close after a zone's minimum is still that zone's
 FIGURES = ("start_speed", "drop", "braking_m", "radius", "half_width", "straight_m")
 # the direction in which a figure is harder: above (+1) or below (-1) the training extreme
@@ -136,11 +136,11 @@ def stop_rates(
         f"half-width {NARROW_M:g} m or more": lambda z: z["half_width"] >= NARROW_M,
         f"chicane, half-width under {w:.1f} m": lambda z: z["chicane"] and z["half_width"] < w,
         f"chicane, half-width {w:.1f} m or more": lambda z: z["chicane"] and z["half_width"] >= w,
-        f"chicane after {LONG_STRAIGHT_M:g} m of straight or more": lambda z: (
-            z["chicane"] and z["straight_m"] >= LONG_STRAIGHT_M
+        f"chicane, {LONG_STRAIGHT_M:g} m or more after the last bend": lambda z: (
+            z["chicane"] and z["straight_m"] + z["braking_m"] >= LONG_STRAIGHT_M
         ),
-        "chicane after a shorter straight": lambda z: (
-            z["chicane"] and z["straight_m"] < LONG_STRAIGHT_M
+        f"chicane, under {LONG_STRAIGHT_M:g} m after the last bend": lambda z: (
+            z["chicane"] and z["straight_m"] + z["braking_m"] < LONG_STRAIGHT_M
         ),
     }
     out = {}

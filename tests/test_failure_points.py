@@ -59,23 +59,27 @@ def test_the_stop_zone_and_what_lies_outside_training():
 
 def test_stop_rates_count_the_zones_met():
     chicane = {"chicane": True, "half_width": 4.0, "radius": 20.0, "straight_m": 800.0}
+    # 180 m of straight, then 150 m of braking: 330 m after the last bend
+    braked = {"chicane": True, "half_width": 6.0, "radius": 15.0, "straight_m": 180.0}
     short = {"chicane": True, "half_width": 6.0, "radius": 20.0, "straight_m": 100.0}
     plain = {"chicane": False, "half_width": 8.0, "radius": 30.0, "straight_m": 500.0}
     hairpin = {"chicane": False, "half_width": 8.0, "radius": 9.0, "straight_m": 50.0}
+    for zone, braking in ((chicane, 100), (braked, 150), (short, 80), (plain, 200), (hairpin, 60)):
+        zone["braking_m"] = float(braking)
     rates = stop_rates(
         [chicane, hairpin],
-        [chicane, plain, plain, hairpin, short],
+        [chicane, plain, plain, hairpin, short, braked],
         trained_width=7.5,
         trained_radius=12,
     )
     assert rates["radius under 12.0 m"] == "1 / 2 (50.0%)"
-    assert rates["radius 12.0 m or more"] == "1 / 5 (20.0%)"
-    assert rates["chicane"] == "1 / 3 (33.3%)"
+    assert rates["radius 12.0 m or more"] == "1 / 6 (16.7%)"
+    assert rates["chicane"] == "1 / 4 (25.0%)"
     assert rates["not a chicane"] == "1 / 4 (25.0%)"
-    assert rates["chicane after 300 m of straight or more"] == "1 / 2 (50.0%)"
-    assert rates["chicane after a shorter straight"] == "0 / 1 (0.0%)"
+    assert rates["chicane, 300 m or more after the last bend"] == "1 / 3 (33.3%)"
+    assert rates["chicane, under 300 m after the last bend"] == "0 / 1 (0.0%)"
     assert rates["half-width under 5 m"] == "1 / 2 (50.0%)"
-    assert rates["chicane, half-width under 7.5 m"] == "1 / 3 (33.3%)"
+    assert rates["chicane, half-width under 7.5 m"] == "1 / 4 (25.0%)"
     assert rates["chicane, half-width 7.5 m or more"] == "0 / 0"
 
 

@@ -166,8 +166,9 @@ def describe_builtin(name: str) -> str:
 def builtin_map(name: str) -> Track:
     if name not in _BUILTIN:
         raise MapError(
-            f"unknown map name {name!r}: built-in maps are {', '.join(_BUILTIN)}; "
-            "or use 'procedural:<seed>', 'grandprix:<seed>' or a path to a .npz/.csv/.npy file"
+            f"unknown map name {name!r}: built-in maps are {', '.join(_BUILTIN)}; or use "
+            + ", ".join(f"'{family}:<seed>'" for family in GENERATED_FAMILIES)
+            + " or a path to a .npz/.csv/.npy file"
         )
     _, recipe, wl, wr, cps = _BUILTIN[name]
     return Track.build(
@@ -230,12 +231,15 @@ def chicane_map(seed: int, length_m: float = 2500.0) -> Track:
     """A grand-prix map on a real circuit's narrowest road, its long straights ending in a chicane.
 
     With real hairpins trained, the zero-shot stops on real circuits are at chicanes after a
-    long straight on a narrow road (Monza's first chicane after 830 m, half-width 3.9-4.0 m,
-    racing-line radius 9 m; Montreal's after 460 and 940 m, 3.8-4.3 m), and no training map
-    had one: the hairpin family's long straights end in one-way corners, the narrow family's
-    chicanes follow short pieces. This family draws half-widths of 3.5-5 m and makes a third
-    of its draws a straight of 300-1200 m into a real chicane: two opposite arcs of 7-18 m
-    radius, 40-95 degrees each, at most 30 m apart. Same seed, same map.
+    long straight on a narrow road (Monza's first chicane, 930 m after the last bend, half-width
+    3.9-4.0 m, racing-line radius 9 m; Montreal's, 3.8-4.3 m). In
+    hairpin_set, two sharp arcs (under 20 m) of opposite turn right after a straight of 300 m
+    or more occur twice, both on hairpin:103 (a hairpin into an opposite bend, half-width
+    5.9 m). This family draws half-widths of 3.5-5 m; 30% of its draws are a straight of
+    300-1200 m into a real chicane, 10% a real chicane after a shorter piece, the rest
+    grand-prix draws. A real chicane: an arc of 7-14 m radius turning 40-95 degrees, at most
+    30 m of link, then an opposite arc of 7-18 m turning back 0.7-1.3 times as far (28-120
+    degrees). Same seed, same map.
     """
     return _generated_map("chicane", seed, length_m, 3.5, 5.0, _chicane_pieces)
 
