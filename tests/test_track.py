@@ -241,7 +241,7 @@ def test_self_intersecting_line_is_rejected():
 
 
 def test_unknown_map_name_lists_choices():
-    with pytest.raises(MapError, match="unknown map name 'nope'.*starter"):
+    with pytest.raises(MapError, match="unknown map name 'nope'.*starter.*'chicane:<seed>'"):
         load_map("nope")
     with pytest.raises(MapError, match="procedural seed must be an integer"):
         load_map("procedural:abc")
