@@ -236,7 +236,7 @@ def chicane_map(seed: int, length_m: float = 2500.0) -> Track:
     hairpin_set, two sharp arcs (under 20 m) of opposite turn right after a straight of 300 m
     or more occur twice, both on hairpin:103 (a hairpin into an opposite bend, half-width
     5.9 m). This family draws half-widths of 3.5-5 m; 30% of its draws are a straight of
-    300-1200 m into a real chicane, 10% a real chicane after a shorter piece, the rest
+    300-1200 m into a real chicane, 10% a real chicane on its own, the rest
     grand-prix draws. A real chicane: an arc of 7-14 m radius turning 40-95 degrees, at most
     30 m of link, then an opposite arc of 7-18 m turning back 0.7-1.3 times as far (28-120
     degrees). Same seed, same map.
@@ -410,7 +410,7 @@ def _real_hairpin(rng: np.random.Generator) -> Recipe:
 
 def _chicane_pieces(rng: np.random.Generator, width: float) -> Recipe:
     """One draw of a chicane map: a long straight into a real chicane (30%), a real chicane
-    after a short piece (10%), else a grand-prix draw."""
+    on its own (10%), else a grand-prix draw."""
     u = rng.random()
     if u < 0.3:
         return [("S", float(rng.uniform(300, 1200))), *_real_chicane(rng, width)]
