@@ -179,9 +179,11 @@ def test_an_empty_round_waits_with_the_idle_wait_and_never_spins():
     intake.start()
     time.sleep(0.3)
     intake.close()
-    # without the intake's own POLL_S pause after an early wake-up this would spin: every
-    # wait after the first comes at least 2 ms after the one before, handed the queue list
-    assert len(waits) >= 10
-    gaps = [b[0] - a[0] for a, b in zip(waits, waits[1:])]
-    assert min(gaps) >= 0.0019
+    # without the intake's own POLL_S pause after an early wake-up this would spin (thousands
+    # of waits in 0.3 s): the waits come about 2 ms apart, handed the queue list. Not every
+    # gap: a wait the scheduler stretches past POLL_S is no early wake-up, so the next one
+    # follows at once, and its gap may be shorter
+    assert 10 <= len(waits) <= 0.3 / 0.002 + 10
+    gaps = sorted(b[0] - a[0] for a, b in zip(waits, waits[1:]))
+    assert gaps[len(gaps) // 2] >= 0.0019
     assert {n for _, n in waits} == {2}
