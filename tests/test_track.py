@@ -136,12 +136,12 @@ def chicanes_after_straights(track: Track, straight_m: float = 300.0) -> list[fl
     in under 40 m after straight_m of centreline straighter than 400 m radius."""
     kappa = np.convolve(curvature(track.points), np.ones(3) / 3, mode="same")
     sharp = np.flatnonzero(np.abs(kappa) > 1 / 20)
+    bends = np.flatnonzero(np.abs(kappa) >= 1 / 400)
     found = []
     for i, j in zip(sharp[:-1], sharp[1:]):
         if np.sign(kappa[i]) == np.sign(kappa[j]) or track.s[j] - track.s[i] > 40:
             continue
-        bends = np.flatnonzero(np.abs(kappa[:i]) >= 1 / 400)  # the first arc and all before
-        start = i
+        start = i  # back to where the first arc turns in
         while start > 0 and abs(kappa[start - 1]) >= 1 / 400:
             start -= 1
         before = bends[bends < start]
