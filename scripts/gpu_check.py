@@ -95,6 +95,9 @@ def run_step(name: str, cmd: list[str], limit_s: float, log: Path) -> int:
     return code
 
 
+STEPS = ("inference", "learner", "capacity", "run")  # the four measurements, in order
+
+
 class GpuSampler:
     """nvidia-smi every half second on a thread: (seconds since start, util %, memory MiB)."""
 
@@ -316,6 +319,14 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         help="extra overrides of the real run only, e.g. collector.cuda_graph=true",
     )
+    ap.add_argument(
+        "--steps",
+        nargs="+",
+        choices=STEPS,
+        default=list(STEPS),
+        help="which measurements to run (default: all four); e.g. `--steps run` repeats the "
+        "real run alone, with other --run-overrides, into another --out",
+    )
     ap.add_argument("--report", type=Path, help="only print the table of a finished check's folder")
     ap.add_argument("--docs", type=Path, help="with --report: write the table into this page")
     args = ap.parse_args(argv)
@@ -340,10 +351,11 @@ def main(argv: list[str] | None = None) -> int:
     inf += ["--batches", "1", "4"] if args.dry_run else ["--batches", "32", "128", "416"]
     inf += ["--reps", "2" if args.dry_run else "20", "--json", str(out / "inference.json")]
     inf += ["--graph", "0", "1"]
-    run_step("inference alone", inf, 60, out / "inference.txt")
+    if "inference" in args.steps:
+        run_step("inference alone", inf, 60, out / "inference.txt")
 
     # a subprocess (and a JSON) per compile mode: a slow compile cannot take the other rows
-    for mode in args.learner_compile:
+    for mode in args.learner_compile if "learner" in args.steps else ():
         name = learner_file(mode)
         bench = [py, str(ROOT / "scripts" / "bench_learner.py"), "--devices", dev]
         bench += ["--presets", "iqn_cpu" if args.dry_run else "iqn_linesight"]
@@ -365,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
         recipe += ["collector.cuda_graph=false", "learner.compile=none"]
         recipe += ["buffer.learning_starts=500", "network=iqn_cpu"]
     # one network per collector, one server for all, and the server in bf16
-    for label in args.capacity:
+    for label in args.capacity if "capacity" in args.steps else ():
         extra = CAPACITY_VARIANTS[label]
         cap_json = out / f"collectors_{label}.json"
         cap = [py, str(ROOT / "scripts" / "bench_collectors.py"), "--backends", "local"]
@@ -382,7 +394,8 @@ def main(argv: list[str] | None = None) -> int:
     train += args.run_overrides
     t_train = time.monotonic()
     with GpuSampler() as sampler:
-        run_step("real run", train, train_s + 60, out / "train.txt")
+        if "run" in args.steps:
+            run_step("real run", train, train_s + 60, out / "train.txt")
     gpu = sampler.summary(from_s=0.4 * (time.monotonic() - t_train))
     metrics_csv = run_dir / "csv" / "version_0" / "metrics.csv"
     if metrics_csv.exists():

@@ -154,6 +154,35 @@ def test_frozen_greedy_binds_releases_and_reuses_copies():
     race.close()
 
 
+def test_frozen_greedy_holds_at_most_max_versions_then_binds_to_the_newest():
+    plan = _plan()
+    race, _, net = build_collector_parts(plan.collectors, n_cars=4)
+    obs, _ = race.reset()
+    floats = torch.from_numpy(obs[FLOATS])
+    w = {v: _weights(net, v) for v in (1, 2, 3, 4)}
+    live = make_inference_network(net, "none")
+    frozen = FrozenGreedy(live, 8, 4, max_versions=2)
+    greedy, one = np.ones(4, bool), np.eye(4, dtype=bool)
+    for car, v in ((0, 1), (1, 2), (2, 3)):  # each car starts a greedy race at a new version
+        live.load_state_dict(w[v])
+        frozen.update(greedy & one[: car + 1].any(0), one[car], version=v)
+    # version 3 found two copies in use: car 2 races on the newest, version 2
+    assert frozen.bound.tolist() == [1, 2, 2, -1] and sorted(frozen.nets) == [1, 2]
+    q = np.full((4, 12), np.nan, np.float32)
+    frozen.fill(q, None, floats)
+    ref = make_inference_network(_fresh(plan, w[2]), "none")
+    expected = greedy_q(ref, None, floats[[1, 2]], 8, midpoint=True).numpy()
+    np.testing.assert_array_equal(q[[1, 2]], expected)  # version 2's weights, not live's
+
+    live.load_state_dict(w[4])  # car 0's race ends and car 3 starts one: version 1 is freed
+    frozen.update(np.array([False, True, True, True]), one[3], version=4)
+    assert frozen.bound.tolist() == [-1, 2, 2, 4] and sorted(frozen.nets) == [2, 4]
+    assert len(frozen._spare) == 0  # version 1's copy became version 4's
+    with pytest.raises(ValueError, match="max_versions"):
+        FrozenGreedy(live, 8, 4, max_versions=0)
+    race.close()
+
+
 def _fresh(plan: RunPlan, weights: dict) -> torch.nn.Module:
     _, _, net = build_collector_parts(plan.collectors, n_cars=1)
     net.load_state_dict(weights)

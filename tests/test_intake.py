@@ -15,7 +15,7 @@ from trackmind.collectors.shared_handles import make_shared
 from trackmind.queueing import CollectorStats, RaceInMemory
 from trackmind.replay.buffers import make_buffers
 from trackmind.training.datamodule import ReplayDataModule
-from trackmind.training.intake import RaceIntake, intake_allows, wait_for_any
+from trackmind.training.intake import RaceIntake, intake_allows, rotation, wait_for_any
 
 
 def _until(cond, timeout_s: float = 5.0) -> bool:
@@ -54,6 +54,46 @@ def test_messages_come_round_robin_and_are_handled_on_the_calling_thread():
     intake.close()
     assert handled == ["A1", "B1", "A2", "A3"]  # one message per queue a round
     assert took_on == {"race-intake"}
+
+
+def test_rotation_by_hand():
+    assert rotation(3, 0) == [0, 1, 2]
+    assert rotation(3, 2) == [2, 0, 1]
+    assert rotation(3, 4) == [1, 2, 0]  # a start past the end (a queue list that shrank)
+    assert rotation(0, 5) == []
+
+
+def test_a_limiter_that_admits_one_race_at_a_time_still_serves_every_collector():
+    queues = [queue.Queue() for _ in range(4)]
+    for i, q in enumerate(queues):
+        for r in range(3):
+            q.put((i, r))
+    credit = threading.Semaphore(0)  # the learner admits one race per made_room
+
+    def take(msg):
+        credit.acquire()  # spends the credit this race was admitted on
+        return msg
+
+    def is_open() -> bool:
+        if credit.acquire(blocking=False):
+            credit.release()
+            return True
+        return False
+
+    intake = RaceIntake(lambda: queues, take, is_open).start()
+    handled: list[tuple[int, int]] = []
+
+    def one_more() -> bool:  # the admitted race reached the learner's thread
+        return intake.absorb(handled.append) > 0
+
+    for _ in range(8):
+        credit.release()
+        intake.made_room()
+        assert _until(one_more)
+    intake.close()
+    # each admitted race comes from the next collector in turn, not from the first ones
+    assert [i for i, _ in handled] == [0, 1, 2, 3, 0, 1, 2, 3]
+    assert [r for _, r in handled] == [0, 0, 0, 0, 1, 1, 1, 1]
 
 
 def test_a_closed_limiter_leaves_races_in_their_queue_until_the_learner_makes_room():

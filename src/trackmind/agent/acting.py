@@ -6,7 +6,12 @@ blend of versions, and best.pt, the weights kept for the best greedy race, could
 it. So a greedy race is bound to the weights version current when it starts: a frozen copy
 of those weights drives it to its end, with the quantile midpoints as taus, which makes the
 race a deterministic function of one version (evaluate.py repeats it exactly in the sim).
-Copies are kept per version in use and reused, so a collector holds a few at most.
+Copies are kept per version in use and reused, at most MAX_FROZEN_VERSIONS at once: once that
+many are in use, a greedy race that starts binds to the newest of them. A GPU learner publishes
+a few versions a second and a GPU server drives hundreds of cars, a third of them greedily, so
+one copy per start version meant dozens of copies, each a forward per batch and a set of CUDA
+graphs: inference went from 0.4 to 6 ms a car-action and GPU memory to 77 GB within 150 s
+(H200, docs/gpu.md).
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ from trackmind.agent.network_config import RISK_NEUTRAL, Risk
 from trackmind.env.observations import FLOATS
 
 log = logging.getLogger(__name__)
+
+MAX_FROZEN_VERSIONS = 4  # frozen greedy copies held at once (module docstring)
 
 
 def cars_q_tensor(
@@ -81,8 +88,12 @@ class FrozenGreedy:
         n_cars: int,
         cvar: float = 1.0,
         graphs: Callable[[IQNNetwork], GraphedQ] | None = None,
+        max_versions: int = MAX_FROZEN_VERSIONS,
     ) -> None:
+        if max_versions < 1:
+            raise ValueError(f"max_versions must be >= 1, got {max_versions}")
         self.live = live
+        self.max_versions = int(max_versions)
         self.k = int(k_taus)
         self.cvar = float(cvar)  # greedy races act on the mean of the lowest `cvar` quantiles
         self.bound = np.full(n_cars, -1, np.int64)  # version of each car's greedy race, or -1
@@ -94,16 +105,21 @@ class FrozenGreedy:
         self._graphed: dict[int, GraphedQ] = {}
 
     def update(self, greedy: np.ndarray, started: np.ndarray, version: int) -> None:
-        """Bind greedy races starting now to `version` (the live weights); free the rest."""
+        """Bind greedy races starting now to `version` (the live weights), or to the newest
+        frozen version when max_versions are in use; free the copies no race uses."""
         new = greedy & (started | (self.bound < 0))
-        self.bound[~greedy] = -1
-        if new.any():
-            self.bound[new] = version
-            if version not in self.nets:
-                self.nets[version] = self._copy_of_live()
+        self.bound[~greedy | new] = -1
         in_use = set(self.bound.tolist())
         for v in [v for v in self.nets if v not in in_use]:
             self._spare.append(self.nets.pop(v))
+        if not new.any():
+            return
+        if version not in self.nets:
+            if len(self.nets) < self.max_versions:
+                self.nets[version] = self._copy_of_live()
+            else:
+                version = max(self.nets)
+        self.bound[new] = version
 
     def fill(
         self,
@@ -120,11 +136,15 @@ class FrozenGreedy:
             cars = np.flatnonzero(bound == v)
             if not len(cars):
                 continue
-            if self.graphs is not None:  # one replay for every row, then this version's
+            if self.graphs is not None:  # one replay of this version's rows, padded
                 graphed = self._graphed.get(id(net))
                 if graphed is None:
                     graphed = self._graphed[id(net)] = self.graphs(net.net)
-                values = graphed(img, floats)[torch.from_numpy(cars).to(floats.device)]
+                if len(cars) < len(floats):
+                    idx = torch.from_numpy(cars).to(floats.device)
+                    values = graphed(None if img is None else img[idx], floats[idx])
+                else:
+                    values = graphed(img, floats)
             else:
                 values = cars_q_tensor(net, img, floats, cars, self.k, None, True, self.cvar)
             _put_rows(q, cars, values)
