@@ -227,3 +227,17 @@ def test_an_empty_round_waits_with_the_idle_wait_and_never_spins():
     gaps = sorted(b[0] - a[0] for a, b in zip(waits, waits[1:]))
     assert gaps[len(gaps) // 2] >= 0.0019
     assert {n for _, n in waits} == {2}
+
+
+def test_bench_intake_times_reading_and_storing_races(capsys):
+    import bench_intake
+
+    args = ["--actions", "6", "--races", "3", "--repeats", "2", "--frame", "1", "8", "8"]
+    assert bench_intake.main([*args, "--rate", "1000"]) == 0
+    out = capsys.readouterr().out
+    assert "races of 6 actions, 1x8x8 frames on cpu" in out
+    read = float(out.split("unpickle): ")[1].split(" us")[0])
+    store = float(out.split("buffers): ")[1].split(" us")[0])
+    share = float(out.split("transitions/s: ")[1].split("%")[0])
+    assert read > 0 and store > 0
+    assert share == pytest.approx(1000 * (read + store) / 1e4, abs=0.06)  # rate x cost, in %
