@@ -12,6 +12,7 @@ at a given rate of new transitions (docs/gpu.md). Each figure is the median of t
 
 from __future__ import annotations
 
+import pickle
 import statistics
 import tempfile
 import time
@@ -19,45 +20,31 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from bench_learner import FLOAT_DIM, synthetic_race
 
 from trackmind.cli import OneLineParser, int_at_least
 from trackmind.collectors.shared_handles import read_spool
 from trackmind.replay.buffers import make_buffers
 
-FLOAT_DIM = 184  # the environment's float features, as bench_learner.py counts them
-
-
-def synthetic_race(rng: np.random.Generator, actions: int, shape: tuple[int, ...]) -> dict:
-    """A race record as collectors send it: actions+1 frames and states, one finish."""
-    return {
-        "frames": rng.integers(0, 256, (actions + 1, *shape), dtype=np.uint8),
-        "state_float": rng.standard_normal((actions + 1, FLOAT_DIM), dtype=np.float32),
-        "actions": rng.integers(0, 12, actions),
-        "action_was_greedy": rng.random(actions) < 0.9,
-        "rewards": rng.standard_normal(actions),
-        "potentials": {},
-        "finished": True,
-    }
+N_ACTIONS = 12  # the simulator's action set
 
 
 def time_intake(
     races: int, actions: int, shape: tuple[int, ...], device: str, spool: Path
 ) -> tuple[float, float]:
     """(read, store) seconds per transition for `races` races of `actions` actions."""
-    import pickle
-
     rng = np.random.default_rng(0)
     buffers = make_buffers(
         {"capacity_schedule": [[0, 50_000]], "learning_starts": 1},
         shape,
-        FLOAT_DIM,
+        FLOAT_DIM,  # bench_learner's synthetic races
         seed=0,
         device=device,
     )
     paths = []
     for i in range(races):  # written as write_spool writes them
         path = spool / f"race-{i}.pkl"
-        path.write_bytes(pickle.dumps(synthetic_race(rng, actions, shape), protocol=5))
+        path.write_bytes(pickle.dumps(synthetic_race(rng, actions, shape, N_ACTIONS), protocol=5))
         paths.append(str(path))
     t0 = time.perf_counter()
     loaded = [read_spool(p) for p in paths]

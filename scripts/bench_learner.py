@@ -288,18 +288,25 @@ def fill_buffers(
     added = 0
     while added < transitions:
         t = min(500, transitions - added)
-        race = {
-            "frames": rng.integers(0, 256, (t + 1, *shape), dtype=np.uint8) if shape else (),
-            "state_float": rng.standard_normal((t + 1, FLOAT_DIM), dtype=np.float32),
-            "actions": rng.integers(0, nc.n_actions, t),
-            "action_was_greedy": rng.random(t) < 0.9,
-            "rewards": rng.standard_normal(t),
-            "potentials": {},
-            "finished": bool(rng.random() < 0.5),
-        }
-        rb.add_rollout(race, gamma)
+        rb.add_rollout(synthetic_race(rng, t, shape, nc.n_actions), gamma)
         added += t
     return rb
+
+
+def synthetic_race(
+    rng: np.random.Generator, actions: int, shape: tuple[int, ...] | None, n_actions: int
+) -> dict:
+    """A race record as collectors send it: actions+1 frames (none without `shape`) and
+    states, random actions and rewards, finished or not."""
+    return {
+        "frames": rng.integers(0, 256, (actions + 1, *shape), dtype=np.uint8) if shape else (),
+        "state_float": rng.standard_normal((actions + 1, FLOAT_DIM), dtype=np.float32),
+        "actions": rng.integers(0, n_actions, actions),
+        "action_was_greedy": rng.random(actions) < 0.9,
+        "rewards": rng.standard_normal(actions),
+        "potentials": {},
+        "finished": bool(rng.random() < 0.5),
+    }
 
 
 def sync(device: torch.device) -> None:
