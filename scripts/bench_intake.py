@@ -63,10 +63,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--actions", type=int_at_least(1), default=400, help="actions per race")
     ap.add_argument("--races", type=int_at_least(1), default=20, help="races per repeat")
     ap.add_argument("--repeats", type=int_at_least(1), default=5)
-    ap.add_argument("--device", default="cpu", help="where the replay frames live")
+    ap.add_argument(
+        "--device", choices=("cpu", "cuda"), default="cpu", help="where the replay frames live"
+    )
     ap.add_argument("--frame", type=int, nargs=3, default=(1, 120, 160), help="C H W")
     ap.add_argument("--rate", type=float, default=None, help="new transitions a second")
     args = ap.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        ap.error("--device: cuda, but torch sees no CUDA device here")
     torch.set_num_threads(1)
     reads, stores = [], []
     with tempfile.TemporaryDirectory(prefix="trackmind-intake-") as tmp:

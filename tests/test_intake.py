@@ -241,3 +241,15 @@ def test_bench_intake_times_reading_and_storing_races(capsys):
     share = float(out.split("transitions/s: ")[1].split("%")[0])
     assert read > 0 and store > 0
     assert share == pytest.approx(1000 * (read + store) / 1e4, abs=0.06)  # rate x cost, in %
+
+
+def test_bench_intake_refuses_cuda_without_a_gpu_in_one_line(capsys):
+    import bench_intake
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(SystemExit) as exit_:
+        bench_intake.main(["--device", "cuda"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("--device: cuda, but torch sees no CUDA device here") and "\n" not in err
