@@ -144,14 +144,21 @@ def plain_quantile_huber_loss(z, taus, actions, z_next, rewards, discounts, kapp
 
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-# MODE+loss: the loss compiled too (learner.compile_loss)
-COMPILE_CHOICES = COMPILE_MODES + tuple(f"{m}+loss" for m in COMPILE_MODES[1:])
+# MODE+loss: the loss compiled too (learner.compile_loss); MODE+opt: the captured step's
+# clipping and optimizer fused (learner.compile_optimizer, graph rows); MODE+loss+opt: both
+_LOSS = tuple(f"{m}+loss" for m in COMPILE_MODES[1:])  # the loss in a compile mode
+COMPILE_CHOICES = COMPILE_MODES + _LOSS + tuple(f"{m}+opt" for m in COMPILE_MODES + _LOSS)
 
 
-def compile_keys(choice: str) -> dict:
-    """learner.compile and learner.compile_loss of a --compile choice (MODE or MODE+loss)."""
-    mode, _, loss = choice.partition("+")
-    return {"compile": mode, "compile_loss": loss == "loss"}
+def compile_keys(choice: str, graph: bool = True) -> dict:
+    """learner.compile, compile_loss and compile_optimizer of a --compile choice
+    (MODE[+loss][+opt]); the optimizer is fused in graph rows only (it needs the graph)."""
+    mode, *extra = choice.split("+")
+    return {
+        "compile": mode,
+        "compile_loss": "loss" in extra,
+        "compile_optimizer": "opt" in extra and graph,
+    }
 
 
 class Stepper:
@@ -351,7 +358,7 @@ def bench_preset(name: str, devices: list[str], args, learner: dict) -> list[dic
         rb = buffer_on(device.type if frames == "device" else "cpu")
         net = build_network(nc, FLOAT_DIM, frame).to(device)
         # learner.compile and learner.cuda_graph, as a training run sets them
-        compiled = {**learner, **compile_keys(mode), "cuda_graph": graph}
+        compiled = {**learner, **compile_keys(mode, graph), "cuda_graph": graph}
         module = IQNLightningModule(net, compiled, nc.n_quantiles_train, nc.n_quantiles_target)
         module.to(device)
         stepper = Stepper(module.configure_optimizers(), learner, device, precision)

@@ -177,6 +177,10 @@ def run_figures(rows: list[dict[str, str]], batch: int) -> dict[str, float | Non
         "transitions_per_s": late_median(column(rows, "throughput/transitions_per_s")),
         "wait_share": late_median(column(rows, "throughput/learner_wait_share")),
         "sample_share": late_median(column(rows, "throughput/learner_sample_share")),
+        # the prefetch thread's ms making a batch: wall, its own CPU, waiting for the lock
+        "prefetch_ms": late_median(column(rows, "throughput/prefetch_sample_ms")),
+        "prefetch_cpu_ms": late_median(column(rows, "throughput/prefetch_sample_cpu_ms")),
+        "lock_wait_ms": late_median(column(rows, "throughput/replay_lock_wait_ms")),
         "game_ms": per_collector("game_step"),
         "inference_ms": per_collector("inference"),
         "queue_ms": per_collector("queue"),  # a full queue: the learner takes races too slowly
@@ -225,10 +229,12 @@ def table(
         if "update_ms" in r:
             apart = f"; apart: step {r['update_ms']:.2f} ms, sampling {r['sample_ms']:.2f} ms"
         layout = ", NHWC" if r.get("channels_last") else ""
-        mode, _, loss = r.get("compile", "none").partition("+")
+        mode, *extra = r.get("compile", "none").split("+")
         if mode != "none":
-            what = "forwards and loss" if loss else "forwards"
-            layout += f", compiled {what} ({mode})"
+            what = ["forwards"] + ["loss"] * ("loss" in extra)
+            what += ["optimizer"] * ("opt" in extra and bool(r["graph"]))
+            joined = what[0] if len(what) == 1 else ", ".join(what[:-1]) + f" and {what[-1]}"
+            layout += f", compiled {joined} ({mode})"
         lines.append(
             f"| bench_learner {r['preset']}, batch {r['batch']}, {r['precision']}, CUDA graph "
             f"{graph}, frames on {r['frames']}{layout} (eager reference "
@@ -271,6 +277,14 @@ def table(
         f"| real run: learner_wait_share | {fmt(run.get('wait_share'), '.3f')} | < "
         f"{t['wait_share']} | {verdict(run.get('wait_share'), t['wait_share'], above=False)} |",
         f"| real run: learner_sample_share | {fmt(run.get('sample_share'), '.3f')} | | |",
+    ]
+    if run.get("prefetch_ms") is not None:  # runs from before the figures have none
+        lines.append(
+            f"| real run: prefetch thread ms a batch, wall / its CPU / replay lock wait | "
+            f"{fmt(run['prefetch_ms'], '.2f')} / {fmt(run.get('prefetch_cpu_ms'), '.2f')} / "
+            f"{fmt(run.get('lock_wait_ms'), '.2f')} | | |"
+        )
+    lines += [
         f"| real run: collector ms per car-action, game step / inference / queue "
         f"({fmt(run.get('collectors'))} collectors) | {fmt(run.get('game_ms'), '.3f')} / "
         f"{fmt(run.get('inference_ms'), '.3f')} / {fmt(run.get('queue_ms'), '.3f')} | | |",
@@ -307,11 +321,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--learner-compile",
         nargs="+",
-        choices=("none", "default", "default+loss", "max-autotune-no-cudagraphs"),
+        choices=(
+            "none",
+            "default",
+            "default+loss",
+            "default+opt",
+            "default+loss+opt",
+            "max-autotune-no-cudagraphs",
+        ),
         default=["none"],
         help="learner.compile modes of the learner rows, a row each (default inside the "
         "captured step fuses the head's elementwise work; default+loss the loss's too, "
-        "learner.compile_loss); each adds about a minute",
+        "learner.compile_loss; default+opt the captured step's clipping and optimizer, "
+        "learner.compile_optimizer); each adds about a minute",
     )
     ap.add_argument(
         "--run-overrides",

@@ -154,3 +154,34 @@ def test_on_a_gpu_batches_are_sampled_on_the_thread_stream_and_ready_on_the_lear
             assert batch["i"].is_pinned()
     assert seen and set(seen) == {p.stream.stream_id}
     assert torch.cuda.current_stream().stream_id not in seen
+
+
+def test_sampling_times_count_the_threads_wall_cpu_and_lock_wait():
+    """The prefetch thread's ms a batch (wall, its CPU) and sample()'s wait for the buffers'
+    lock, per batch since the last flush, as RaceMetricsCallback logs them."""
+    from trackmind.training.callbacks import RaceMetricsCallback
+
+    rng = np.random.default_rng(2)
+    shared = make_shared(torch.nn.Linear(2, 2))
+    rb = make_buffers({"learning_starts": 10}, None, 3)
+    rb.add_rollout(_race(rng, 100), 0.99)
+    dm = ReplayDataModule(rb, shared, 16, 1000.0, gamma=lambda: 1.0, prefetch_batches=1)
+    dm.train_dataloader()
+    cb = RaceMetricsCallback(dm)
+    dm.next_batch()  # batch 0 taken, batch 1 in the making
+    dm.transitions_added += 100  # as _add_race counts a race: the replay ratio allows more
+    dm._prefetcher._pending[0].result()
+    with rb.lock:  # batch 2 waits for the lock the learner's thread holds
+        dm.next_batch()
+        threading.Event().wait(0.1)
+    dm._prefetcher._pending[0].result()
+    times = dm.prefetch_times
+    assert times.batches == 3
+    assert times.wall_s >= 0.1 > times.cpu_s >= 0.0  # waiting costs no CPU
+    m = cb._sampling_times(dm)
+    assert m["throughput/replay_lock_wait_ms"] >= 100.0 / 3 * 0.9
+    assert m["throughput/prefetch_sample_ms"] >= m["throughput/replay_lock_wait_ms"]
+    assert m["throughput/prefetch_sample_cpu_ms"] < m["throughput/prefetch_sample_ms"]
+    assert cb._sampling_times(dm) == {}  # no new batch since
+    dm.teardown("fit")
+    assert dm.prefetch_times is None

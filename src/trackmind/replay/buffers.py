@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import pickle
 import threading
+import time
 from collections.abc import Callable, Mapping
 from functools import wraps
 from pathlib import Path
@@ -56,6 +57,7 @@ class ReplayBuffers:
         self.config = config
         self.device = torch.device(device)  # where the frames live
         self.lock = threading.RLock()
+        self.sample_lock_wait_s = 0.0  # how long sample() waited for the lock, in all
         self.horizon_actions = horizon_actions
         self.frames = 0
         seeds = np.random.SeedSequence(seed).generate_state(3)
@@ -132,9 +134,11 @@ class ReplayBuffers:
             self.buffer_test.set_capacity(self.test_capacity(capacity))
         return True
 
-    @_locked
     def sample(self, batch_size: int) -> dict[str, torch.Tensor]:
-        return self.buffer.sample(batch_size)
+        t0 = time.perf_counter()
+        with self.lock:
+            self.sample_lock_wait_s += time.perf_counter() - t0
+            return self.buffer.sample(batch_size)
 
     @_locked
     def sample_test(self, batch_size: int) -> dict[str, torch.Tensor]:

@@ -21,9 +21,11 @@ updates arrive on the learner's: ReplayBuffers holds one lock for that.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 
 import torch
 
@@ -35,6 +37,16 @@ def pinned(batch: Batch) -> Batch:
     """The batch's host tensors in page-locked memory, so a non_blocking copy to the GPU is
     asynchronous (tensors already on a device, frames stored there, stay as they are)."""
     return {k: v.pin_memory() if v.device.type == "cpu" else v for k, v in batch.items()}
+
+
+@dataclass
+class SampleTimes:
+    """What the thread spent on the batches it made: wall seconds, and its own CPU seconds.
+    Wall beyond CPU is time it waited: for the GIL, the buffers' lock, or a copy."""
+
+    batches: int = 0
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
 
 
 class BatchPrefetcher:
@@ -60,16 +72,23 @@ class BatchPrefetcher:
             1, thread_name_prefix="trackmind-prefetch"
         )
         self._pending: deque[Future[Ready]] = deque()
+        self.times = SampleTimes()  # written by the thread only
 
     def _make(self) -> Ready:
+        t0, c0 = time.perf_counter(), time.thread_time()
+        done = None
         if self.stream is None:
             batch = self.sample()
-            return (pinned(batch) if self.pin else batch), None
-        with torch.cuda.stream(self.stream):
-            batch = self.sample()
             batch = pinned(batch) if self.pin else batch
-            done = torch.cuda.Event()
-            done.record(self.stream)
+        else:
+            with torch.cuda.stream(self.stream):
+                batch = self.sample()
+                batch = pinned(batch) if self.pin else batch
+                done = torch.cuda.Event()
+                done.record(self.stream)
+        t = self.times
+        t.batches, t.wall_s = t.batches + 1, t.wall_s + time.perf_counter() - t0
+        t.cpu_s += time.thread_time() - c0
         return batch, done
 
     def _fill(self) -> None:

@@ -78,6 +78,7 @@ class RaceMetricsCallback(L.Callback):
         self._samples_at_last = 0
         self._wait_at_last = 0.0
         self._sample_at_last = 0.0
+        self._sampling_at_last: tuple[float, ...] = (0, 0.0, 0.0, 0.0)
         self.last_metrics: dict[str, float] = {}
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
@@ -95,6 +96,7 @@ class RaceMetricsCallback(L.Callback):
         m["throughput/samples_per_s"] = (dm.samples_served - self._samples_at_last) / dt
         m["throughput/learner_wait_share"] = min(1.0, (dm.wait_s - self._wait_at_last) / dt)
         m["throughput/learner_sample_share"] = min(1.0, (dm.sample_s - self._sample_at_last) / dt)
+        m.update(self._sampling_times(dm))
         m["buffer/size"] = float(len(dm.buffers))
         m["buffer/transitions_added"] = float(dm.transitions_added)
         m["frames"] = float(dm.shared.frames.value)
@@ -111,6 +113,25 @@ class RaceMetricsCallback(L.Callback):
         if trainer.logger is not None:
             trainer.logger.log_metrics(m, step=trainer.global_step)
         return m
+
+    def _sampling_times(self, dm: ReplayDataModule) -> dict[str, float]:
+        """ms per batch since the last flush: the prefetch thread's wall and CPU time making
+        one (their gap: waits for the GIL, the lock, a copy) and sample()'s wait for the
+        buffers' lock. Empty without a prefetch thread or a new batch."""
+        times = dm.prefetch_times
+        if times is None:
+            return {}
+        now = (times.batches, times.wall_s, times.cpu_s, dm.buffers.sample_lock_wait_s)
+        last, self._sampling_at_last = self._sampling_at_last, now
+        n = now[0] - last[0]
+        if n <= 0:
+            return {}
+        per = [(a - b) * 1000.0 / n for a, b in zip(now[1:], last[1:])]
+        return {
+            "throughput/prefetch_sample_ms": per[0],
+            "throughput/prefetch_sample_cpu_ms": per[1],
+            "throughput/replay_lock_wait_ms": per[2],
+        }
 
 
 class TrialPruning(L.Callback):

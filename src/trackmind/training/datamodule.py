@@ -32,7 +32,7 @@ from trackmind.queueing import (
     RaceInMemory,
 )
 from trackmind.replay.buffers import ReplayBuffers
-from trackmind.replay.prefetch import BatchPrefetcher
+from trackmind.replay.prefetch import BatchPrefetcher, SampleTimes
 from trackmind.training.intake import (
     NOTHING,
     RaceIntake,
@@ -295,6 +295,11 @@ class ReplayDataModule(L.LightningDataModule):
         """The learner's device (its trainer's), where batches are consumed; None unattached."""
         trainer = getattr(self, "trainer", None)
         return None if trainer is None else trainer.strategy.root_device
+
+    @property
+    def prefetch_times(self) -> SampleTimes | None:
+        """The prefetch thread's time making batches (None without the thread)."""
+        return None if self._prefetcher is None else self._prefetcher.times
 
     def close_prefetcher(self) -> None:
         if self._prefetcher is not None:

@@ -35,6 +35,7 @@ from trackmind.agent.resets import reset_optimizer_state_, reset_slot, shrink_pe
 from trackmind.agent.schedules import Schedule
 from trackmind.env.mirror import MIRRORED_ACTIONS, FloatMirror, mirror_batch
 from trackmind.errors import ConfigError, check_schema, require
+from trackmind.training.adam_step import adam_state, clipped_adam_step_
 from trackmind.training.captured_step import CapturedStep
 
 
@@ -169,6 +170,9 @@ class LearnerConfig:
     # the loss (target, TD errors, quantile Huber) compiled too, in the same mode: its ~40
     # small elementwise kernels (forward and backward) fused into a few
     compile_loss: bool = False
+    # the captured step's clipping and (R)Adam step as one function (training/adam_step.py),
+    # compiled on a GPU: torch's capturable RAdam launches dozens of tiny kernels a step
+    compile_optimizer: bool = False
     # the whole update (forwards, backward, clipping, optimizer) as one replayed CUDA graph
     # (training/captured_step.py); a GPU learner in fp32 or bf16
     cuda_graph: bool = False
@@ -196,6 +200,11 @@ class LearnerConfig:
             "compiles the loss in learner.compile's mode, which must be default or "
             f"max-autotune-no-cudagraphs (the loss's outputs are kept past the next step; "
             f"a mode of CUDA graphs would overwrite them), got {self.compile!r}",
+        )
+        require(
+            not self.compile_optimizer or self.cuda_graph,
+            f"{key}.compile_optimizer",
+            "fuses the captured step's clipping and optimizer: it needs learner.cuda_graph=true",
         )
         for name, strict in (
             ("batch_size", True),
@@ -388,6 +397,7 @@ class IQNLightningModule(L.LightningModule):
         self.captured: CapturedStep | None = None  # with cuda_graph, made at the first step
         self._nonfinite: torch.Tensor | None = None  # device counters: [in a row, in total]
         self._raw_optimizer: torch.optim.Optimizer | None = None  # the one device_update steps
+        self._adam_step: Callable[..., torch.Tensor] | None = None  # compile_optimizer's step
         self.resets_done = 0
         self.reset_slot = 0  # schedule slot (frames // reset_every_frames) of the last reset
         names = dict(network.named_modules())
@@ -555,18 +565,46 @@ class IQNLightningModule(L.LightningModule):
         bad = ~torch.isfinite(loss)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        grads = [p.grad for p in params if p.grad is not None]
-        for g in grads:
-            g.masked_fill_(bad, 0.0)
-        torch.nn.utils.clip_grad_norm_(params, float(self.cfg.grad_clip_norm))
-        grad_norm = self._grad_norm()
-        opt.step()
+        if self.cfg.compile_optimizer:
+            grad_norm = self._fused_optimizer_step(opt, bad)
+        else:
+            grads = [p.grad for p in params if p.grad is not None]
+            for g in grads:
+                g.masked_fill_(bad, 0.0)
+            torch.nn.utils.clip_grad_norm_(params, float(self.cfg.grad_clip_norm))
+            grad_norm = self._grad_norm()
+            opt.step()
         self._nonfinite[0].add_(1).mul_(bad)  # a finite step ends the run of bad ones
         self._nonfinite[1].add_(bad)
         out = {"train/loss": loss.detach().float(), "per_sample": per_sample.float()}
         out |= q_stats(z) | stats
         out["train/grad_norm_clipped"] = grad_norm
         return out
+
+    def _fused_optimizer_step(self, opt: torch.optim.Optimizer, bad: torch.Tensor) -> torch.Tensor:
+        """Clipping and the (R)Adam step as training/adam_step's one function, compiled on a
+        GPU (a few fused kernels in the captured step); the clipped gradients' norm."""
+        if self._adam_step is None:
+            fn = clipped_adam_step_
+            self._adam_step = torch.compile(fn) if self.device.type == "cuda" else fn
+        group = opt.param_groups[0]
+        params, exp_avgs, exp_avg_sqs, steps = adam_state(opt)
+        beta1, beta2 = group["betas"]
+        return self._adam_step(
+            params,
+            [p.grad for p in params],
+            exp_avgs,
+            exp_avg_sqs,
+            steps,
+            lr=group["lr"],
+            beta1=float(beta1),
+            beta2=float(beta2),
+            eps=float(group["eps"]),
+            weight_decay=float(group["weight_decay"]),
+            max_norm=float(self.cfg.grad_clip_norm),
+            rectify=self.cfg.optimizer == "radam",
+            skip=bad,
+        )
 
     def _captured_update(self, batch: Mapping[str, torch.Tensor], opt, lr: float) -> dict:
         """device_update through a CapturedStep (made at the first step, under the autocast
