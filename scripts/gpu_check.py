@@ -11,8 +11,8 @@ inside 8 minutes:
    and bf16, NCHW and NHWC (inference.json);
 2. bench_learner.py, iqn_linesight at batch 512 in bf16, frames on the GPU, convolutions NHWC:
    eager and captured (CUDA graph), each row with the step alone and the sampling alone timed
-   and a torch.profiler table (learner.txt; with --learner-compile MODE, learner_MODE.*,
-   + as _: learner_default_loss.*);
+   and a torch.profiler table, one file pair per --learner-compile MODE (default: the recipe's
+   default+opt, learner_default_opt.*; none: learner.*);
 3. bench_collectors.py, local backend, the GPU recipe's collectors with no learner, once per
    layout of --capacity (default: the inference server as the recipe runs it, fp32 with TF32
    matmuls, then its forward replayed as CUDA graphs in fp32 and in bf16): the collection
@@ -329,11 +329,11 @@ def main(argv: list[str] | None = None) -> int:
             "default+loss+opt",
             "max-autotune-no-cudagraphs",
         ),
-        default=["none"],
-        help="learner.compile modes of the learner rows, a row each (default inside the "
-        "captured step fuses the head's elementwise work; default+loss the loss's too, "
-        "learner.compile_loss; default+opt the captured step's clipping and optimizer, "
-        "learner.compile_optimizer); each adds about a minute",
+        default=["default+opt"],
+        help="learner.compile modes of the learner rows, a row each (default: the GPU "
+        "recipe's). default fuses the head's elementwise work inside the captured step; "
+        "+loss the loss's too (learner.compile_loss); +opt the step's clipping and optimizer "
+        "(learner.compile_optimizer); each adds about a minute",
     )
     ap.add_argument(
         "--run-overrides",
@@ -382,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
         bench = [py, str(ROOT / "scripts" / "bench_learner.py"), "--devices", dev]
         bench += ["--presets", "iqn_cpu" if args.dry_run else "iqn_linesight"]
         bench += ["--precision", "bf16", "--cuda-graph", "0", "1", "--compile", mode]
-        bench += ["--prefetch", "1", "--threads", "4", "--json", str(out / f"{name}.json")]
+        bench += ["--prefetch", "1", "--threads", "1", "--json", str(out / f"{name}.json")]
         bench += ["--profile", "3" if args.dry_run else "20"]  # where each row's step time goes
         if args.dry_run:
             bench += ["--repeats", "1", "--repeat-s", "0.2", "--transitions", "1500"]
@@ -395,7 +395,8 @@ def main(argv: list[str] | None = None) -> int:
     recipe = ["experiment=linesight_gpu"]
     if args.dry_run:  # the recipe on this CPU: no GPU trainer, collectors or graph
         recipe += ["trainer.accelerator=cpu", "trainer.precision=32-true", "collector.device=cpu"]
-        recipe += ["learner.cuda_graph=false", "collector.processes=1", "learner.batch_size=32"]
+        recipe += ["learner.cuda_graph=false", "learner.compile_optimizer=false"]
+        recipe += ["collector.processes=1", "learner.batch_size=32"]
         recipe += ["collector.cuda_graph=false", "learner.compile=none"]
         recipe += ["buffer.learning_starts=500", "network=iqn_cpu"]
     # one network per collector, one server for all, and the server in bf16

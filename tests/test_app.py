@@ -348,9 +348,14 @@ def test_every_group_option_composes_and_plans(group):
                     with pytest.raises(ConfigError, match="^collector.cuda_graph: CUDA graphs"):
                         plan_run(compose("train", overrides))
                     overrides.append("collector.cuda_graph=false")
-                    with pytest.raises(ConfigError, match="^learner.cuda_graph: needs a CUDA"):
+                    with pytest.raises(
+                        ConfigError, match="^learner.cuda_graph: needs a CUDA.*=false learner.comp"
+                    ):
                         plan_run(compose("train", overrides))
                     overrides.append("learner.cuda_graph=false")
+                    with pytest.raises(ConfigError, match="^learner.compile_optimizer: fuses"):
+                        plan_run(compose("train", overrides))
+                    overrides.append("learner.compile_optimizer=false")  # as the first said
                 with pytest.raises(ConfigError, match="^trainer.accelerator: gpu asked for"):
                     plan_run(compose("train", overrides))
                 overrides.append("trainer.accelerator=cpu")  # the rest of it plans here

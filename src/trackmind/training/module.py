@@ -284,11 +284,12 @@ def check_cuda_graph(learner: LearnerConfig, accelerator: str, precision: Any, c
     replays CUDA kernels, and fp16 loss scaling reads the gradients on the host every step."""
     if not learner.cuda_graph:
         return
+    also = " learner.compile_optimizer=false" if learner.compile_optimizer else ""
     require(
         accelerator in ("gpu", "cuda", "auto") and cuda,
         "learner.cuda_graph",
         "needs a CUDA GPU learner (trainer.accelerator=gpu on a machine with CUDA); "
-        "set learner.cuda_graph=false here",
+        f"set learner.cuda_graph=false{also} here",
     )
     require(
         not str(precision).startswith("16"),
