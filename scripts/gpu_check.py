@@ -211,9 +211,16 @@ def verdict(v: float | None, target: float, above: bool = True) -> str:
 
 
 def table(
-    learner: dict, capacity: dict[str, dict], run: dict, gpu: dict, device: str, inference: dict
+    learner: dict,
+    capacity: dict[str, dict],
+    run: dict,
+    gpu: dict,
+    device: str,
+    inference: dict,
+    with_run: bool = True,
 ) -> str:
-    """The check's one table, markdown."""
+    """The check's one table, markdown; without ``with_run``, no rows of the real run (a
+    check that left it out)."""
     minutes = recipe_minutes(run.get("samples_per_s"), run.get("transitions_per_s"))
     t = TARGETS
     lines = [
@@ -264,6 +271,8 @@ def table(
             f"{fmt(c.get('game_step_ms_per_action'), '.3f')} / "
             f"{fmt(c.get('inference_ms_per_action'), '.3f')} | | |",
         ]
+    if not with_run:
+        return "\n".join(lines)
     if gpu.get("run_overrides"):
         lines.append(f"| real run: overrides | {' '.join(gpu['run_overrides'])} | | |")
     lines += [
@@ -425,6 +434,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.copy(metrics_csv, out / "metrics.csv")
     info = {"device": device_name(args.dry_run), "batch": 32 if args.dry_run else BATCH}
     info["run_overrides"] = list(args.run_overrides)
+    info["steps"] = list(args.steps)
     (out / "gpu.json").write_text(json.dumps({**info, **gpu}, indent=1))
     text = report(out)
     (out / "gpu_check.md").write_text(text + "\n")
@@ -450,7 +460,9 @@ def report(folder: Path) -> str:
     learner: dict = {"rows": []}
     for path in sorted(folder.glob("learner*.json")):  # learner.json, learner_<compile>.json
         learner["rows"] += load(path.name).get("rows", [])
-    return table(learner, capacity, figures, gpu, device, load("inference.json"))
+    # a check that ran no real run has no rows for it (gpu.json names its steps)
+    with_run = "run" in gpu.get("steps", STEPS)
+    return table(learner, capacity, figures, gpu, device, load("inference.json"), with_run)
 
 
 BEGIN, END = "<!-- gpu-check table: begin -->", "<!-- gpu-check table: end -->"

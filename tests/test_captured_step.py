@@ -252,9 +252,9 @@ def test_docs_gpu_tables_are_generated_from_their_result_files():
         part.split("<!-- gpu-check table: end -->")[0]
         for part in page.split("<!-- gpu-check table: begin -->")[1:]
     ]
-    # the second H200 lease's two calls (fused optimizer; one thread), then the first lease's
-    # check and its two real runs after the frozen-copy fix
-    assert len(blocks) == 5
+    # the second H200 lease's three calls (fused optimizer; one thread; fused heads, learner
+    # rows alone), then the first lease's check and its two real runs after the frozen-copy fix
+    assert len(blocks) == 6
     reports = []
     for block in blocks:
         named = re.search(r"gpu_check\.py --report (\S+): do not edit", block)
@@ -274,10 +274,12 @@ def test_docs_gpu_tables_are_generated_from_their_result_files():
     assert "| 379.1 batches/s | >= 400 | missed |" in reports[0]
     assert "| real run: learner batches/s | 272.8 | >= 250 | met |" in reports[1]
     assert "wall / its CPU / replay lock wait | 3.14 / 1.68 / 0.49 |" in reports[1]
-    assert "| real run: learner_wait_share | 0.664 | < 0.1 | missed |" in reports[2]
-    assert "| real run: learner_wait_share | 0.001 | < 0.1 | met |" in reports[3]
-    assert "| real run: learner batches/s | 191.6 | >= 250 | missed |" in reports[4]
-    assert "prefetch thread" not in reports[4]  # a run from before the figures: no row
+    assert "| 395.9 batches/s | >= 400 | missed |" in reports[2]
+    assert "real run" not in reports[2]  # a call without its real run: no rows for it
+    assert "| real run: learner_wait_share | 0.664 | < 0.1 | missed |" in reports[3]
+    assert "| real run: learner_wait_share | 0.001 | < 0.1 | met |" in reports[4]
+    assert "| real run: learner batches/s | 191.6 | >= 250 | missed |" in reports[5]
+    assert "prefetch thread" not in reports[5]  # a run from before the figures: no row
 
 
 def test_with_tables_fills_the_block_of_a_folder_and_keeps_the_others(tmp_path):

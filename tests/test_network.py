@@ -248,3 +248,27 @@ def test_compile_mode_matches_eager():
     taus = random_taus(4, 32)
     torch.testing.assert_close(inf(None, floats, taus), net(None, floats, taus))
     assert math.isfinite(greedy_q(inf, None, floats, 32).sum().item())
+
+
+def test_fused_dueling_heads_take_the_same_values_and_gradients():
+    """The heads' first layers as one GEMM (what a GPU runs) against each head on its own:
+    the same outputs and the same gradients for every weight and for the input."""
+    torch.manual_seed(0)
+    net = build_network(preset("iqn_floats"), FLOATS, None)
+    assert net.fuse_heads
+    x = torch.randn(24, net.feature_dim) * 3  # many negative pre-activations: the leak counts
+    outs, grads = [], []
+    for fused in (False, True):
+        xi = x.clone().requires_grad_()
+        adv, value = net.dueling(xi, fused=fused)
+        net.zero_grad()
+        (adv.square().sum() + value.sum() * 3).backward()
+        outs.append((adv.detach(), value.detach()))
+        grads.append([xi.grad] + [p.grad.clone() for p in net.parameters() if p.grad is not None])
+    for a, b in zip(outs[0], outs[1]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert len(grads[0]) == len(grads[1]) == 1 + 8  # x, then both heads' 4 tensors each
+    for a, b in zip(grads[0], grads[1]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    for change in ({"layer_norm": True}, {"spectral_norm": True}):
+        assert not build_network({**preset("iqn_floats"), **change}, FLOATS, None).fuse_heads

@@ -223,6 +223,8 @@ class IQNNetwork(nn.Module):
             *_hidden(self.feature_dim, dense_hidden, layer_norm, spectral_norm),
             nn.Linear(dense_hidden, 1),
         )
+        # the heads' first layers can run as one GEMM (dueling): plain Linear -> leaky ReLU
+        self.fuse_heads = not (layer_norm or spectral_norm)
         self.register_buffer("cos_freqs", torch.arange(1, embedding_dim + 1) * math.pi)
         self.register_buffer("float_mean", torch.zeros(float_dim))
         self.register_buffer("float_std", torch.ones(float_dim))
@@ -272,9 +274,28 @@ class IQNNetwork(nn.Module):
         b, n = taus.shape
         emb = self.tau_embedding(torch.cos(taus.unsqueeze(-1) * self.cos_freqs))  # (B, N, D)
         x = (emb * features.unsqueeze(1)).reshape(b * n, self.feature_dim)
-        adv = self.advantage(x)
-        z = self.value(x) + adv - adv.mean(dim=1, keepdim=True)
+        adv, value = self.dueling(x, fused=x.is_cuda and self.fuse_heads)
+        z = value + adv - adv.mean(dim=1, keepdim=True)
         return z.reshape(b, n, self.n_actions)
+
+    def dueling(self, x: torch.Tensor, fused: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """(advantage (M, A), value (M, 1)) of rows x (M, D).
+
+        ``fused`` (only where ``fuse_heads``: plain Linear -> leaky ReLU -> Linear heads): the
+        heads' first layers as one GEMM of twice the width over their concatenated weights.
+        On a GPU learner x is (batch x taus, 5,888), read once instead of twice, and its
+        gradient is one GEMM instead of two summed; the parameters and the state dict stay the
+        heads' own. The GPU runs it (quantiles); the CPU keeps the plain path, where copying
+        the weights each call costs more than it saves.
+        """
+        if not fused:
+            return self.advantage(x), self.value(x)
+        a0, v0 = self.advantage[0], self.value[0]
+        w = torch.cat([a0.weight, v0.weight])
+        b = torch.cat([a0.bias, v0.bias])
+        h = F.leaky_relu(F.linear(x, w, b), 0.01)  # LEAK (a literal: TorchScript)
+        n = a0.weight.shape[0]
+        return self.advantage[2](h[:, :n]), self.value[2](h[:, n:])
 
     def forward(
         self, img: torch.Tensor | None, floats: torch.Tensor, taus: torch.Tensor
