@@ -361,3 +361,21 @@ def test_value_bound_reaches_the_batches_through_the_config():
     for bad in ({"value_bound_rate": "fast"}, {"value_bound_once": -1.0}):
         with pytest.raises(ConfigError, match=f"buffer.{next(iter(bad))}"):
             make_buffers(small_config(**bad), (1, 2, 2), 2)
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_adding_and_sampling_never_synchronise_a_device(monkeypatch, prioritized):
+    """A race's records are made on the storage's device, so tensordict never moves them
+    (its move ends in a CUDA event sync: on a GPU machine the intake thread waited there for
+    the learner's step while it held the buffers' lock). Counted here on tensordict's sync."""
+    from tensordict.base import TensorDictBase
+
+    syncs = []
+    real = TensorDictBase._sync_all
+    monkeypatch.setattr(TensorDictBase, "_sync_all", lambda td: syncs.append(1) or real(td))
+    buf = TransitionBuffer(50, FRAME, F, 3, 140, prioritized=prioritized, seed=1)
+    feed = Feeder(buf)
+    for t_count in (5, 17, 40):
+        feed.add(t_count)
+        check_batch(buf, 16)
+    assert syncs == []

@@ -29,6 +29,12 @@ from trackmind.replay.experience import Experience
 from trackmind.replay.samplers import WindowPrioritizedSampler, WindowSampler
 from trackmind.replay.states import NO_FRAMES, StateStore
 
+# The records live on the host, and a race's records are made there. A TensorDict without
+# this device is moved to the storage's by ``.to()``, which on a CUDA machine waits for the
+# current stream (the learner's step in flight) while the intake thread holds the buffers'
+# lock: the prefetch thread then waited for it (docs/gpu.md).
+RECORDS_DEVICE = torch.device("cpu")
+
 
 def _identity(x: Any) -> Any:
     return x
@@ -98,7 +104,7 @@ class TransitionBuffer:
         else:
             self.sampler = WindowSampler(capacity)
         self.rb = ReplayBuffer(
-            storage=LazyTensorStorage(capacity),
+            storage=LazyTensorStorage(capacity, device=RECORDS_DEVICE),
             sampler=self.sampler,
             collate_fn=_identity,
             generator=self.generator,
@@ -144,6 +150,7 @@ class TransitionBuffer:
                 "end_rate": torch.as_tensor(exp.end_rate[keep], dtype=torch.float32),
             },
             batch_size=[len(range(k)[keep])],
+            device=RECORDS_DEVICE,  # the storage's: no .to(), whose CUDA sync held the lock
         )
         index = self.rb.extend(records)
         self._cursor = (int(index[-1]) + 1) % self.capacity
