@@ -61,6 +61,14 @@ def test_clip_coefficient_by_hand():
     assert clip_coefficient(torch.tensor(float("nan")), 1.0, torch.tensor(True)).item() == 0.0
 
 
+def _step(params, grads, state, fn=clipped_adam_step_, **change) -> torch.Tensor:
+    """One clipped step of ``fn`` on ``state`` (m, v, steps): lr 0.1, eps 1e-8, no decay,
+    clipped to 1, Adam, not skipped, unless ``change`` says otherwise."""
+    kw = {"lr": 0.1, "beta1": B1, "beta2": B2, "eps": 1e-8, "weight_decay": 0.0}
+    kw |= {"max_norm": 1.0, "rectify": False, "skip": torch.tensor(False)} | change
+    return fn(params, grads, *state, **kw)
+
+
 def _state(params: list[torch.Tensor]) -> tuple:
     opt = torch.optim.Adam(params)
     return opt, *adam_state(opt)
@@ -69,21 +77,8 @@ def _state(params: list[torch.Tensor]) -> tuple:
 def test_first_adam_step_with_clipping_by_hand():
     p1, p2 = torch.tensor([1.0]), torch.tensor([2.0])
     opt, params, m, v, steps = _state([p1, p2])
-    norm = clipped_adam_step_(
-        params,
-        [torch.tensor([3.0]), torch.tensor([4.0])],  # joint norm 5, clipped to 1: 0.6, 0.8
-        m,
-        v,
-        steps,
-        lr=0.1,
-        beta1=B1,
-        beta2=B2,
-        eps=0.0,
-        weight_decay=0.0,
-        max_norm=1.0,
-        rectify=False,
-        skip=torch.tensor(False),
-    )
+    grads = [torch.tensor([3.0]), torch.tensor([4.0])]  # joint norm 5, clipped to 1: 0.6, 0.8
+    norm = _step(params, grads, (m, v, steps), eps=0.0)
     assert norm.item() == pytest.approx(1.0, rel=1e-6)
     assert m[0].item() == pytest.approx(0.06, rel=1e-6) and m[1].item() == pytest.approx(0.08)
     assert v[0].item() == pytest.approx(0.001 * 0.36, rel=1e-5)
@@ -112,20 +107,9 @@ def test_matches_torch_clip_and_optimizer_over_steps(rectify: bool, weight_decay
         want_norm = min(float(want_norm), 1.0)
         theirs.step()
         params, m, v, steps = adam_state(ours)
-        norm = clipped_adam_step_(
-            params,
-            [p.grad for p in params],
-            m,
-            v,
-            steps,
-            lr=1e-2,
-            beta1=B1,
-            beta2=B2,
-            eps=1e-8,
-            weight_decay=weight_decay,
-            max_norm=1.0,
-            rectify=rectify,
-            skip=torch.tensor(False),
+        grads = [p.grad for p in params]
+        norm = _step(
+            params, grads, (m, v, steps), lr=1e-2, weight_decay=weight_decay, rectify=rectify
         )
         assert norm.item() == pytest.approx(want_norm, rel=1e-6)
         for a, b in zip(net.parameters(), twin.parameters()):
@@ -147,21 +131,8 @@ def test_a_skipped_step_is_a_zero_gradient_step():
     }
     ref.grad = torch.zeros(2)
     torch_opt.step()
-    norm = clipped_adam_step_(
-        params,
-        [torch.tensor([float("nan"), float("inf")])],
-        m,
-        v,
-        steps,
-        lr=0.1,
-        beta1=B1,
-        beta2=B2,
-        eps=1e-8,
-        weight_decay=0.0,
-        max_norm=1.0,
-        rectify=False,
-        skip=torch.tensor(True),
-    )
+    nan = [torch.tensor([float("nan"), float("inf")])]
+    norm = _step(params, nan, (m, v, steps), skip=torch.tensor(True))
     assert norm.item() == 0.0
     assert m[0].tolist() == pytest.approx([0.45, 0.45])  # the moment decays
     torch.testing.assert_close(p, ref.detach())
@@ -178,21 +149,9 @@ def test_compiled_step_equals_the_eager_one():
     compiled = torch.compile(clipped_adam_step_)
     runs = [(clipped_adam_step_, params, _state(params)), (compiled, twins, _state(twins))]
     for call in range(2):  # the second call is a skipped step
-        grads = [torch.randn(s) * 3 for s in shapes]
+        grads, skip = [torch.randn(s) * 3 for s in shapes], torch.tensor(call == 1)
         norms = [
-            fn(
-                ps,
-                grads,
-                *state[2:],
-                lr=torch.tensor(1e-3),
-                beta1=B1,
-                beta2=B2,
-                eps=1e-8,
-                weight_decay=0.0,
-                max_norm=1.0,
-                rectify=True,
-                skip=torch.tensor(call == 1),
-            )
+            _step(ps, grads, state[2:], fn, lr=torch.tensor(1e-3), rectify=True, skip=skip)
             for fn, ps, state in runs
         ]
         torch.testing.assert_close(norms[0], norms[1])

@@ -56,6 +56,7 @@ def adam_coefficients(
     return num, torch.ones_like(step), plain
 
 
+@torch.no_grad()
 def clipped_adam_step_(
     params: Sequence[Tensor],
     grads: Sequence[Tensor],
@@ -78,39 +79,6 @@ def clipped_adam_step_(
     ``skip`` (a bool tensor): the gradients count as zero (they may be NaN). Returns the
     clipped gradients' norm. The gradients themselves are left as they were.
     """
-    with torch.no_grad():
-        return _step(
-            params,
-            grads,
-            exp_avgs,
-            exp_avg_sqs,
-            steps,
-            lr,
-            beta1,
-            beta2,
-            eps,
-            weight_decay,
-            max_norm,
-            rectify,
-            skip,
-        )
-
-
-def _step(
-    params,
-    grads,
-    exp_avgs,
-    exp_avg_sqs,
-    steps,
-    lr,
-    beta1,
-    beta2,
-    eps,
-    weight_decay,
-    max_norm,
-    rectify,
-    skip,
-) -> Tensor:
     total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
     coef = clip_coefficient(total, max_norm, skip)
     clipped_norm = torch.where(skip, torch.zeros_like(total), total * coef)
