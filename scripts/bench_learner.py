@@ -22,7 +22,8 @@ slot. With CUDA, GPU rows are added (frames travel as uint8, scaled on the devic
 `--precision` and `--compile` add a row per combination: autocast to bf16 or fp16 (loss
 scaling for fp16 on a GPU) and `learner.compile`, torch.compile of our forward passes (mode
 `default`, `reduce-overhead` for CUDA graphs, `max-autotune`; `MODE+loss` compiles the loss
-too, learner.compile_loss), on the CPU as well where torch allows. The reference stays
+too, learner.compile_loss; `MODE+opt` fuses a graph row's clipping and optimizer,
+learner.compile_optimizer), on the CPU as well where torch allows. The reference stays
 eager, in the same precision: the ratio then shows what compilation buys over the bare
 eager computation. The table names the device.
 
