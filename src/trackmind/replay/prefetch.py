@@ -25,6 +25,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -77,13 +78,10 @@ class BatchPrefetcher:
     def _make(self) -> Ready:
         t0, c0 = time.perf_counter(), time.thread_time()
         done = None
-        if self.stream is None:
+        with nullcontext() if self.stream is None else torch.cuda.stream(self.stream):
             batch = self.sample()
             batch = pinned(batch) if self.pin else batch
-        else:
-            with torch.cuda.stream(self.stream):
-                batch = self.sample()
-                batch = pinned(batch) if self.pin else batch
+            if self.stream is not None:
                 done = torch.cuda.Event()
                 done.record(self.stream)
         t = self.times
