@@ -63,7 +63,7 @@ from torch import nn
 from trackmind.agent.network_config import NetworkConfig, build_network, network_config
 from trackmind.cli import OneLineParser, int_at_least, positive_float
 from trackmind.replay.buffers import ReplayBuffers, make_buffers
-from trackmind.replay.prefetch import BatchPrefetcher
+from trackmind.replay.prefetch import BatchPrefetcher, pinned
 from trackmind.training.captured_step import CapturedStep
 from trackmind.training.module import GRAPH_INPUTS, IQNLightningModule, schedule_from
 
@@ -217,7 +217,9 @@ class Ours:
         self.captured = None
         if graph:  # the learner's update as one CUDA graph (learner.cuda_graph)
             module._raw_optimizer = stepper.opt
-            self.captured = CapturedStep(module.device_update, GRAPH_INPUTS, 3, stepper.dtype)
+            self.captured = CapturedStep(
+                module.device_update, GRAPH_INPUTS, 3, stepper.dtype, stepper.device
+            )
 
     def step(self) -> None:
         t0 = time.perf_counter()
@@ -230,11 +232,11 @@ class Ours:
 
     def update(self, batch: dict) -> None:
         """The step after sampling: batch to the device, forwards, loss, backward, optimizer."""
-        dev = self.stepper.device
-        batch = {k: v.to(dev, non_blocking=True) for k, v in batch.items()}
-        if self.captured is not None:
+        if self.captured is not None:  # as the learner: pinned inputs go straight to the graph
             self.captured(batch)
             return
+        dev = self.stepper.device
+        batch = {k: v.to(dev, non_blocking=True) for k, v in batch.items()}
         with self.stepper.autocast():
             loss = self.module.compute_loss(batch).loss
         self.stepper.update(loss)
@@ -490,6 +492,8 @@ def time_apart(ours: Ours, device, batch: int, n: int = 10) -> dict[str, float]:
         return 1e3 * statistics.median(times)
 
     fixed = ours.rb.sample(batch)
+    if ours.prefetcher is not None and ours.prefetcher.pin:  # as the prefetched batches are
+        fixed = pinned(fixed)
     return {
         "sample_ms": median_ms(lambda: ours.rb.sample(batch)),
         "update_ms": median_ms(lambda: ours.update(fixed)),

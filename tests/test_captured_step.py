@@ -187,6 +187,54 @@ def test_soft_update_is_lerp_value_by_value():
     assert a.bias.tolist() == [2.5]
 
 
+@pytest.mark.parametrize(
+    ("cuda_graph", "training", "mirror_share", "stays"),
+    [
+        (True, True, 0.0, {"state_float", "next_state_float", "action", "reward", "weights"}),
+        (False, True, 0.0, set()),  # the eager learner reads device tensors
+        (True, False, 0.0, set()),  # validation batches go through compute_loss
+        (True, True, 0.5, set()),  # mirroring computes on the batch before the step
+    ],
+)
+def test_pinned_graph_inputs_skip_lightnings_move(
+    monkeypatch, cuda_graph, training, mirror_share, stays
+):
+    """A training batch for a captured step on a GPU leaves its pinned graph inputs on the
+    host (CapturedStep copies them into its buffers); the rest moves as Lightning moves it."""
+    import types
+
+    import lightning as L
+
+    module = _module(cuda_graph=cuda_graph)
+    module.mirror_share = mirror_share  # (a real one needs the observation's float mirror)
+    module._trainer = types.SimpleNamespace(training=training)
+    moved: set[str] = set()
+
+    def move(self, batch, device, dataloader_idx):  # Lightning's move, recorded
+        moved.update(batch)
+        return batch
+
+    monkeypatch.setattr(L.LightningModule, "transfer_batch_to_device", move)
+    pinned_keys = {"state_float", "next_state_float", "action", "reward", "weights", "indices"}
+    batch = _batch()
+    monkeypatch.setattr(
+        torch.Tensor, "is_pinned", lambda t: any(t is batch[k] for k in pinned_keys)
+    )
+    out = module.transfer_batch_to_device(batch, torch.device("cuda", 0), 0)
+    assert set(out) == set(batch) and all(out[k] is batch[k] for k in batch)
+    assert moved == set(batch) - stays  # indices are not a graph input: always moved
+    module._trainer = None
+
+
+def test_captured_step_moves_host_inputs_for_its_eager_steps():
+    """Before capture (and on a CPU) the update reads the inputs on the step's device."""
+    seen = []
+    step = CapturedStep(lambda b: seen.append({k: v.device for k, v in b.items()}) or {}, ("x",))
+    step({"x": torch.ones(2), "y": torch.zeros(1)})
+    assert seen == [{"x": torch.device("cpu")}]  # only its keys, on its device
+    assert CapturedStep(lambda b: {}, ("x",), device="cpu").device == torch.device("cpu")
+
+
 def test_captured_step_needs_a_warmup():
     with pytest.raises(ValueError, match="warm-up"):
         CapturedStep(lambda b: {}, ("x",), warmup=0)

@@ -7,7 +7,9 @@ waits for the Python that launches them: on an H200 the eager step took about 7 
 ``update`` (IQNLightningModule.device_update) is written for:
 
 - static inputs: each batch is copied into buffers allocated at capture (``copy_``, no new
-  tensors), and the learning rate is a device tensor read by a capturable optimizer;
+  tensors), and the learning rate is a device tensor read by a capturable optimizer. Inputs
+  may come in pinned host memory: they are then copied once, host to static buffer, instead
+  of to a new device tensor first and into the buffer second;
 - no host synchronisation: a non-finite loss zeroes that step's gradients on the device and
   device counters count it; statistics stay on the device until a logged step reads them;
 - autocast without its weight cache (``cache_enabled=False``); no fp16 loss scaling.
@@ -44,6 +46,7 @@ class CapturedStep:
         keys: tuple[str, ...],
         warmup: int = 3,
         autocast_dtype: torch.dtype | None = None,
+        device: torch.device | str | None = None,
     ) -> None:
         if warmup < 1:
             raise ValueError(f"a CUDA graph needs at least one warm-up step, got {warmup}")
@@ -51,6 +54,8 @@ class CapturedStep:
         self.keys = tuple(keys)  # the batch entries the update reads
         self.warmup = int(warmup)
         self.autocast_dtype = autocast_dtype
+        # where the update runs; None: the device of the inputs (host inputs then mean the CPU)
+        self.device = torch.device(device) if device is not None else None
         self.calls = 0
         self.graph: torch.cuda.CUDAGraph | None = None
         self.static_in: dict[str, torch.Tensor] = {}
@@ -71,7 +76,9 @@ class CapturedStep:
         them before the next call)."""
         self.calls += 1
         inputs = {k: batch[k] for k in self.keys if k in batch}
-        device = next(iter(inputs.values())).device
+        device = self.device or next(iter(inputs.values())).device
+        if self.graph is None:  # eager steps read device tensors; a replay copies host ones
+            inputs = {k: v.to(device, non_blocking=True) for k, v in inputs.items()}
         if device.type != "cuda" or self.failed is not None:
             with self._autocast(device):
                 return self.update(inputs)
