@@ -187,43 +187,47 @@ def test_soft_update_is_lerp_value_by_value():
     assert a.bias.tolist() == [2.5]
 
 
+def test_the_module_names_its_host_inputs_only_for_a_captured_step_without_mirroring():
+    assert _module(cuda_graph=True).host_inputs == GRAPH_INPUTS
+    assert _module(cuda_graph=False).host_inputs == ()
+    mirrored = _module(cuda_graph=True)
+    mirrored.mirror_share = 0.5  # mirroring computes on the batch before the step
+    assert mirrored.host_inputs == ()
+
+
 @pytest.mark.parametrize(
-    ("cuda_graph", "training", "mirror_share", "stays"),
+    ("host_inputs", "training", "device", "stays"),
     [
-        (True, True, 0.0, {"state_float", "next_state_float", "action", "reward", "weights"}),
-        (False, True, 0.0, set()),  # the eager learner reads device tensors
-        (True, False, 0.0, set()),  # validation batches go through compute_loss
-        (True, True, 0.5, set()),  # mirroring computes on the batch before the step
+        (GRAPH_INPUTS, True, "cuda", {"state_float", "next_state_float", "action", "reward"}),
+        ((), True, "cuda", set()),  # the eager learner reads device tensors
+        (GRAPH_INPUTS, False, "cuda", set()),  # validation batches go through compute_loss
+        (GRAPH_INPUTS, True, "cpu", set()),
     ],
 )
-def test_pinned_graph_inputs_skip_lightnings_move(
-    monkeypatch, cuda_graph, training, mirror_share, stays
-):
+def test_pinned_host_inputs_skip_lightnings_move(monkeypatch, host_inputs, training, device, stays):
     """A training batch for a captured step on a GPU leaves its pinned graph inputs on the
     host (CapturedStep copies them into its buffers); the rest moves as Lightning moves it."""
     import types
 
     import lightning as L
 
-    module = _module(cuda_graph=cuda_graph)
-    module.mirror_share = mirror_share  # (a real one needs the observation's float mirror)
-    module._trainer = types.SimpleNamespace(training=training)
+    from trackmind.training.datamodule import ReplayDataModule
+
+    dm = ReplayDataModule.__new__(ReplayDataModule)  # the hook reads these two fields only
+    dm.host_inputs, dm.trainer = host_inputs, types.SimpleNamespace(training=training)
     moved: set[str] = set()
 
     def move(self, batch, device, dataloader_idx):  # Lightning's move, recorded
         moved.update(batch)
         return batch
 
-    monkeypatch.setattr(L.LightningModule, "transfer_batch_to_device", move)
-    pinned_keys = {"state_float", "next_state_float", "action", "reward", "weights", "indices"}
+    monkeypatch.setattr(L.LightningDataModule, "transfer_batch_to_device", move)
     batch = _batch()
-    monkeypatch.setattr(
-        torch.Tensor, "is_pinned", lambda t: any(t is batch[k] for k in pinned_keys)
-    )
-    out = module.transfer_batch_to_device(batch, torch.device("cuda", 0), 0)
+    pinned = [batch[k] for k in ("state_float", "next_state_float", "action", "reward", "indices")]
+    monkeypatch.setattr(torch.Tensor, "is_pinned", lambda t: any(t is v for v in pinned))
+    out = dm.transfer_batch_to_device(batch, torch.device(device), 0)
     assert set(out) == set(batch) and all(out[k] is batch[k] for k in batch)
-    assert moved == set(batch) - stays  # indices are not a graph input: always moved
-    module._trainer = None
+    assert moved == set(batch) - stays  # weights are not pinned, indices not a graph input
 
 
 def test_captured_step_moves_host_inputs_for_its_eager_steps():

@@ -95,6 +95,7 @@ class ReplayDataModule(L.LightningDataModule):
         prefetch_batches: int = 0,
         intake_thread: bool = False,
         intake_ahead_batches: int = 64,
+        host_inputs: tuple[str, ...] = (),
     ) -> None:
         super().__init__()
         self.buffers = buffers
@@ -110,6 +111,8 @@ class ReplayDataModule(L.LightningDataModule):
         self.pin_memory = bool(pin_memory)  # a GPU learner: pinned batches, async copies
         self.prefetch_batches = int(prefetch_batches)  # batches sampled ahead on a thread
         self._prefetcher: BatchPrefetcher | None = None
+        # entries a training step takes from pinned host memory (IQNLightningModule.host_inputs)
+        self.host_inputs = tuple(host_inputs)
         self.intake_thread = bool(intake_thread)  # races stored on a thread of their own
         self.intake_ahead_batches = int(intake_ahead_batches)  # the limiter's credit
         self._intake: RaceIntake | None = None
@@ -269,6 +272,18 @@ class ReplayDataModule(L.LightningDataModule):
         self.transitions_added = int(state["transitions_added"])
         self.samples_served_total = int(state.get("samples_served_total", 0))
         self.stats.load_state_dict(state["stats"])
+
+    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int):
+        """Lightning's move of a batch to the learner's device, less the ``host_inputs`` of a
+        training batch that wait in pinned memory: the captured step copies those itself."""
+        stay = {}
+        if self.host_inputs and torch.device(device).type == "cuda" and isinstance(batch, dict):
+            if self.trainer is not None and self.trainer.training:
+                stay = {k: v for k, v in batch.items() if k in self.host_inputs and v.is_pinned()}
+        if not stay:
+            return super().transfer_batch_to_device(batch, device, dataloader_idx)
+        rest = {k: v for k, v in batch.items() if k not in stay}
+        return {**super().transfer_batch_to_device(rest, device, dataloader_idx), **stay}
 
     def train_dataloader(self) -> DataLoader:
         if self.wait_limit_s is not None:

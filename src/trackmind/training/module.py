@@ -496,27 +496,13 @@ class IQNLightningModule(L.LightningModule):
         mask = torch.rand(batch["action"].shape[0], device=self.device) < self.mirror_share
         return mirror_batch(batch, mask, self.mirror_perm, self.mirror_sign, self.mirror_action)
 
-    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int):
-        """Lightning's move of a batch to the learner's device, less the captured step's inputs
-        when they wait in pinned host memory: CapturedStep copies those straight into its static
-        buffers, one copy each instead of two (to a new device tensor, then into the buffer)."""
-        if not self._inputs_stay_pinned(batch, device):
-            return super().transfer_batch_to_device(batch, device, dataloader_idx)
-        stay = {k: v for k, v in batch.items() if k in GRAPH_INPUTS and v.is_pinned()}
-        rest = {k: v for k, v in batch.items() if k not in stay}
-        return {**super().transfer_batch_to_device(rest, device, dataloader_idx), **stay}
-
-    def _inputs_stay_pinned(self, batch: Any, device: torch.device) -> bool:
-        """Whether a batch's graph inputs may skip the move: a training batch for a captured
-        step on a GPU, and nothing before the step that computes on them (mirroring)."""
-        return (
-            self._trainer is not None
-            and self.trainer.training
-            and bool(self.cfg.cuda_graph)
-            and torch.device(device).type == "cuda"
-            and self.mirror_share == 0
-            and isinstance(batch, Mapping)
-        )
+    @property
+    def host_inputs(self) -> tuple[str, ...]:
+        """The batch entries a training step may take from pinned host memory: the captured
+        step's inputs (CapturedStep copies them straight into its static buffers, one copy
+        instead of two), unless mirroring computes on them first. ReplayDataModule leaves
+        these on the host when it moves a batch to a GPU."""
+        return GRAPH_INPUTS if self.cfg.cuda_graph and self.mirror_share == 0 else ()
 
     def training_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int):
         batch = self.mirrored(batch)

@@ -179,6 +179,8 @@ def build_data(
         # races stored on a thread of their own, while the learner's step runs
         intake_thread=trainer.intake_thread,
         intake_ahead_batches=trainer.intake_ahead_batches,
+        # a captured step's inputs stay in pinned memory until it copies them into its graph
+        host_inputs=learner.module.host_inputs,
     )
 
 
