@@ -303,6 +303,51 @@ def test_evaluate_mirror_races_on_the_mirror_averaged_q(tmp_path, capsys):
     assert len([x for x in out.splitlines() if x.startswith("| starter |")]) == 1
 
 
+def test_held_floats_by_hand():
+    from trackmind.evaluation import held_floats
+
+    floats = np.arange(8, dtype=np.float32).reshape(2, 4)
+    out = held_floats(floats, [(slice(1, 3), 7.0), (slice(3, 4), -1.0)])
+    assert out.tolist() == [[0, 7, 7, -1], [4, 7, 7, -1]]
+    assert floats.tolist() == [[0, 1, 2, 3], [4, 5, 6, 7]]  # a copy: the race's own untouched
+
+
+def test_evaluate_hold_feeds_the_policy_the_held_value(tmp_path, capsys, monkeypatch):
+    """scripts/evaluate.py --hold TERM=VALUE: every observation the policy acts on carries
+    VALUE in that term's columns; an unknown term is one line naming the ones there are."""
+    import evaluate as script
+
+    import trackmind.evaluation as evaluation
+
+    seen = []
+    real_q = evaluation.observation_q
+
+    def spy(net, obs, *args):
+        seen.append(obs[FLOATS].copy())
+        return real_q(net, obs, *args)
+
+    monkeypatch.setattr(evaluation, "observation_q", spy)
+    agent = _untrained_agent(tmp_path)
+    assert script.main([str(agent), "--maps", "starter", "--hold", "distance_to_finish=12.5"]) == 0
+    out, _ = capsys.readouterr()
+    assert len([x for x in out.splitlines() if x.startswith("| starter |")]) == 1
+    plan = _plan()
+    race, _, _ = build_collector_parts(plan.collectors, n_cars=1)
+    column = race.observation.term(FLOATS).layout()["distance_to_finish"]
+    race.close()
+    assert len(seen) > 10
+    assert all(np.all(f[:, column] == 12.5) for f in seen)
+    assert not np.all(seen[0][:, column.stop :] == 12.5)  # the other columns as raced
+
+    assert script.main([str(agent), "--maps", "starter", "--hold", "speed=1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --hold speed: not a float term")
+    assert "distance_to_finish" in err[0]
+    with pytest.raises(SystemExit):
+        script.main([str(agent), "--hold", "distance_to_finish"])
+    assert "must be NAME=NUMBER" in capsys.readouterr().err
+
+
 def test_value_audit_compares_q_with_true_mini_race_returns(tmp_path, capsys):
     """scripts/value_audit.py: one row per audited state, returns of every alternative."""
     import value_audit as script

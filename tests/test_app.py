@@ -367,6 +367,17 @@ def test_every_group_option_composes_and_plans(group):
             assert plan.cycle.entries, f"{group}={opt}"
 
 
+def test_long_line_recipe_trains_without_the_distance_to_finish_input():
+    """experiment=long_line: grandprix_long on 183 floats, the network sized to them."""
+    from trackmind.training.factory import plan_run
+
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+        plan = plan_run(compose("train", ["experiment=long_line"]))
+    assert [e.name for e in plan.cycle.entries] == ["maps/grandprix_long.csv"]
+    assert plan.float_dim == 183 == plan.float_mean.shape[0]
+    assert plan.cfg["env"]["observation"]["terms"]["floats"]["group"]["distance_to_finish"] is None
+
+
 def test_csv_logger_run_ends_cleanly(tmp_path):
     args = [
         a for a in _args(tmp_path, "logger=csv", "trainer.max_steps=5") if "tracking_uri" not in a

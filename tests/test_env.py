@@ -394,6 +394,19 @@ def test_configs_saved_with_the_old_float_key_still_build():
     assert float_dim_of(obs) == 184
 
 
+def test_a_float_member_set_to_null_is_left_out():
+    """`env.observation.terms.floats.group.distance_to_finish=null`: a run without that input
+    (docs/benchmarks.md, the real-length line); the other members keep their order."""
+    env = default_env_config()
+    env["observation"]["terms"][FLOATS]["group"]["distance_to_finish"] = None
+    obs, _, _ = build_managers(env, default_reward_config())
+    layout = obs.term(FLOATS).layout()
+    assert "distance_to_finish" not in layout
+    assert float_dim_of(obs) == 183
+    assert layout["zone_centers"] == slice(62, 182)
+    assert layout["freewheeling"] == slice(182, 183)
+
+
 def test_make_vec_builds_the_batched_simulator_with_the_map_keyword():
     venv = gym.make_vec("trackmind/Race-v0", num_envs=16, map="hairpins")
     assert isinstance(venv, RaceVectorEnv) and venv.race.n_cars == 16

@@ -7,6 +7,7 @@ still shows the usage.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Callable
 from typing import NoReturn
@@ -52,6 +53,18 @@ def positive_float() -> Callable[[str], float]:
         return value
 
     return positive
+
+
+def name_equals_number(text: str) -> tuple[str, float]:
+    """An argparse type: NAME=VALUE with a finite number, as (NAME, VALUE)."""
+    name, sep, value = text.partition("=")
+    try:
+        number = float(value)
+    except ValueError:
+        number = float("nan")
+    if not sep or not name or not math.isfinite(number):
+        raise argparse.ArgumentTypeError(f"must be NAME=NUMBER, got {text!r}")
+    return name, number
 
 
 def share() -> Callable[[str], float]:

@@ -70,6 +70,7 @@ def evaluate(
     midpoint: bool = True,
     cvar: float | None = None,
     mirror: bool = False,
+    hold: dict[str, float] | None = None,
 ) -> list[dict]:
     """Greedy races (one car each) on every map; a row of results per map.
 
@@ -77,6 +78,8 @@ def evaluate(
     `cvar` overrides the checkpoint's network.greedy_cvar (the greedy races' risk).
     `mirror` acts on the mean of the Q values of each observation and of its mirror image
     (agent/inference.py's observation_q), a policy that turns left and right alike.
+    `hold` maps float terms to a value the policy sees in their place all race long (an
+    ablation: how the weights drive without what that input says; see held_floats).
     With `plot_dir`, the best race of each map is drawn there (trajectory coloured by speed)
     and, with `video`, rendered as a GIF from the sim (driver's view and minimap).
     """
@@ -105,6 +108,7 @@ def evaluate(
                     midpoint=midpoint,
                     cvar=cvar,
                     mirror=mirror,
+                    hold=hold,
                 )
             )
         finally:
@@ -125,6 +129,28 @@ def checkpoint_network(race, cfg, ckpt: dict):
         first = str(e).splitlines()[1].strip() if "\n" in str(e) else str(e)
         raise ValueError(f"checkpoint network does not match its config: {first}") from None
     return net.eval(), network
+
+
+def held_columns(group, hold: dict[str, float]) -> list[tuple[slice, float]]:
+    """(columns, value) of each held float term of the race's float group; a ValueError
+    naming a term the group does not have, with the ones it has."""
+    layout = group.layout() if hasattr(group, "layout") else {group.name: slice(0, group.size)}
+    unknown = [name for name in hold if name not in layout]
+    if unknown:
+        raise ValueError(
+            f"--hold {unknown[0]}: not a float term of this checkpoint's observations "
+            f"(they are: {', '.join(layout)})"
+        )
+    return [(layout[name], float(value)) for name, value in hold.items()]
+
+
+def held_floats(floats: np.ndarray, columns: list[tuple[slice, float]]) -> np.ndarray:
+    """A copy of the (cars, F) floats with each held term's columns set to its value, in the
+    units the race gives them (before the network's own normalisation)."""
+    out = np.array(floats, copy=True)
+    for cols, value in columns:
+        out[:, cols] = value
+    return out
 
 
 def checkpoint_race(path: str, map_name: str):
@@ -162,16 +188,20 @@ def _evaluate_map(
     midpoint,
     cvar=None,
     mirror=False,
+    hold=None,
 ) -> dict:
     """`races` greedy races on one map, with the trace, plot and GIF asked for; its row."""
 
     net, network = checkpoint_network(race, cfg, ckpt)
+    columns = held_columns(race.observation.term(FLOATS), hold or {})
     gen = torch.Generator().manual_seed(0)
     k = network.n_quantiles_inference
     cvar = network.greedy_cvar if cvar is None else float(cvar)
     twin = race.observation.float_mirror(FLOATS) if mirror else None
 
     def policy(obs, greedy, net=net, gen=gen, k=k):
+        if columns:
+            obs = {**obs, FLOATS: held_floats(obs[FLOATS], columns)}
         q = observation_q(net, obs, k, gen, midpoint, cvar, twin)
         return q.argmax(axis=1), q, np.ones(len(q), bool)
 

@@ -8,6 +8,7 @@
     python scripts/evaluate.py agent.pt --taus random --races 5            # Linesight's acting
     python scripts/evaluate.py agent.pt --maps circuits/*.csv --json zero_shot.json
     python scripts/evaluate.py agent.pt --maps circuits/*.csv --mirror     # Q and its mirror's
+    python scripts/evaluate.py agent.pt --hold distance_to_finish=700      # without that input
 
 The checkpoint carries the config it was trained with (network, env, reward), so the same
 observations are built, in the same game: the sim, or the real game for an agent trained
@@ -27,7 +28,7 @@ import json
 import sys
 from pathlib import Path
 
-from trackmind.cli import OneLineParser, int_at_least, share
+from trackmind.cli import OneLineParser, int_at_least, name_equals_number, share
 from trackmind.defaults import conf_path
 from trackmind.evaluation import evaluate, load_checkpoint, map_entries
 from trackmind.tmi.connection import GameUnavailable
@@ -67,6 +68,15 @@ def main(argv: list[str] | None = None) -> int:
         help="act on the mean Q of each observation and its mirror image (left and right "
         "swapped): a policy that takes left and right corners alike",
     )
+    ap.add_argument(
+        "--hold",
+        type=name_equals_number,
+        nargs="+",
+        default=[],
+        metavar="TERM=VALUE",
+        help="the policy sees VALUE in place of this float term all race long (an ablation; "
+        "e.g. distance_to_finish=700, its cap: the finish never near)",
+    )
     ap.add_argument("--json", type=Path, default=None, help="also write the rows to this file")
     args = ap.parse_args(argv)
     try:
@@ -85,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
             args.taus == "midpoint",
             args.cvar,
             mirror=args.mirror,
+            hold=dict(args.hold),
         )
     except (ValueError, GameUnavailable) as e:  # MapError and ConfigError are ValueErrors too
         print(f"error: {e}", file=sys.stderr)

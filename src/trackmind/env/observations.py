@@ -238,7 +238,8 @@ class GroupSpec:
 
 
 def build_observation_manager(cfg: Mapping | Any, key: str = "env.observation"):
-    """ObservationManager from config: `space` and `terms` (a term may be a `group`)."""
+    """ObservationManager from config: `space` and `terms` (a term may be a `group`, whose
+    members set to null are left out)."""
     oc = check_schema(cfg, ObservationConfig, key)
     terms_cfg = as_dict(oc.terms, f"{key}.terms")
     if not terms_cfg:
@@ -254,6 +255,8 @@ def build_observation_manager(cfg: Mapping | Any, key: str = "env.observation"):
         gs = check_schema(spec, GroupSpec, tkey)
         members = []
         for mname, mspec in as_dict(gs.group, f"{tkey}.group").items():
+            if mspec is None:  # null leaves a member out: a run without that input
+                continue
             m, _ = build_term("observation", mname, mspec, f"{tkey}.group.{mname}")
             if not isinstance(m, VectorlikeTerm):
                 raise ConfigError(f"{tkey}.group.{mname}", "only vector-like terms group")
