@@ -16,7 +16,7 @@ import torch
 
 from trackmind.agent.inference import observation_q
 from trackmind.agent.network_config import build_network, network_config
-from trackmind.env.build import make_race
+from trackmind.env.build import build_managers, make_race
 from trackmind.env.map_cycle import loadable_cycle
 from trackmind.env.observations import FLOATS
 from trackmind.env.rollout import GameInstanceManager
@@ -87,6 +87,9 @@ def evaluate(
     if cvar is not None and not 0.0 < cvar <= 1.0:
         raise ValueError(f"cvar must be in (0, 1], got {cvar}")
     cfg = recorded_config(ckpt["config"])
+    columns = []
+    if hold:  # checked from the config, before a game is started for the first map
+        columns = held_columns(build_managers(cfg.env, cfg.reward)[0].term(FLOATS), hold)
     cycle, failed = loadable_cycle(maps)
     rows = [{"map": name, "error": problem} for name, problem in failed]
     for entry in cycle.entries if cycle is not None else []:
@@ -108,7 +111,7 @@ def evaluate(
                     midpoint=midpoint,
                     cvar=cvar,
                     mirror=mirror,
-                    hold=hold,
+                    columns=columns,
                 )
             )
         finally:
@@ -188,12 +191,11 @@ def _evaluate_map(
     midpoint,
     cvar=None,
     mirror=False,
-    hold=None,
+    columns=(),
 ) -> dict:
     """`races` greedy races on one map, with the trace, plot and GIF asked for; its row."""
 
     net, network = checkpoint_network(race, cfg, ckpt)
-    columns = held_columns(race.observation.term(FLOATS), hold or {})
     gen = torch.Generator().manual_seed(0)
     k = network.n_quantiles_inference
     cvar = network.greedy_cvar if cvar is None else float(cvar)
