@@ -38,7 +38,7 @@ import torch
 from omegaconf import OmegaConf
 
 from trackmind.agent.graphed_inference import GraphedQ
-from trackmind.agent.network import IQNNetwork, conv_output_shape
+from trackmind.agent.network import IQNNetwork, encoder_macs
 from trackmind.agent.network_config import build_network, network_config
 from trackmind.cli import OneLineParser, int_at_least
 
@@ -51,14 +51,7 @@ def forward_flops(net: IQNNetwork, k: int) -> float:
     the elementwise product and the dueling heads (biases and activations left out)."""
     macs = 0
     if net.image_shape is not None:
-        convs = [m for m in net.image_head if isinstance(m, torch.nn.Conv2d)]
-        shape = net.image_shape
-        for conv in convs:
-            c, h, w = conv_output_shape(
-                shape, [conv.out_channels], conv.kernel_size[:1], conv.stride[:1]
-            )
-            macs += c * h * w * conv.in_channels * conv.kernel_size[0] * conv.kernel_size[1]
-            shape = (c, h, w)
+        macs += encoder_macs(net.image_head, net.image_shape)
     linears = lambda mod: [m for m in mod.modules() if isinstance(m, torch.nn.Linear)]  # noqa: E731
     macs += sum(m.in_features * m.out_features for m in linears(net.float_head))
     per_tau = sum(m.in_features * m.out_features for m in linears(net.tau_embedding))

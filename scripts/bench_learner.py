@@ -1,6 +1,7 @@
 """Learner throughput: samples/s of a full IQN learner step per network preset.
 
-    python scripts/bench_learner.py                     # all presets, batch 512, 2 threads
+    python scripts/bench_learner.py                     # the CPU presets, batch 512, 2 threads
+    python scripts/bench_learner.py --presets iqn_linesight iqn_impala --devices cuda
     python scripts/bench_learner.py --quick             # fewer repeats, smaller buffers
     python scripts/bench_learner.py --presets iqn_cpu --threads 4 --amp
     python scripts/bench_learner.py --presets iqn_cpu --precision fp32 bf16 --compile none default
@@ -60,6 +61,7 @@ import torch.nn.functional as F
 from omegaconf import OmegaConf
 from torch import nn
 
+from trackmind.agent.network import impala_layers
 from trackmind.agent.network_config import NetworkConfig, build_network, network_config
 from trackmind.cli import OneLineParser, int_at_least, positive_float
 from trackmind.replay.buffers import ReplayBuffers, make_buffers
@@ -68,7 +70,8 @@ from trackmind.training.captured_step import CapturedStep
 from trackmind.training.module import GRAPH_INPUTS, IQNLightningModule, schedule_from
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
-PRESETS = ("iqn_cpu", "iqn_floats", "iqn_linesight")
+PRESETS = ("iqn_cpu", "iqn_floats", "iqn_linesight", "iqn_impala")
+DEFAULT_PRESETS = PRESETS[:3]  # iqn_impala on request: it is a GPU learner's network
 FLOAT_DIM = 184  # the environment's float features (env/obs_terms.py)
 LEAK = 0.01
 BUDGET_SAMPLES = 5_000  # iqn_cpu on 2 CPU cores
@@ -92,10 +95,14 @@ class PlainIQN(nn.Module):
         self.conv = None
         features = 0
         if nc.image_shape is not None:
-            layers, c = [], nc.image_shape[0]
-            for c_out, k, s in zip(nc.conv_channels, nc.conv_kernels, nc.conv_strides):
-                layers += [nn.Conv2d(c, c_out, k, s), nn.LeakyReLU(LEAK)]
-                c = c_out
+            c = nc.image_shape[0]
+            if nc.encoder == "impala":  # its stages are plain torch modules already
+                layers = impala_layers(c, nc.impala_channels, nc.impala_blocks, nc.impala_pool)
+            else:
+                layers = []
+                for c_out, k, s in zip(nc.conv_channels, nc.conv_kernels, nc.conv_strides):
+                    layers += [nn.Conv2d(c, c_out, k, s), nn.LeakyReLU(LEAK)]
+                    c = c_out
             self.conv = nn.Sequential(*layers, nn.Flatten())
             with torch.no_grad():
                 features = self.conv(torch.zeros(1, *nc.image_shape)).shape[1]
@@ -609,7 +616,7 @@ def verdict(ok: bool) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = OneLineParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer repeats, smaller buffers")
-    ap.add_argument("--presets", nargs="+", default=list(PRESETS), choices=PRESETS)
+    ap.add_argument("--presets", nargs="+", default=list(DEFAULT_PRESETS), choices=PRESETS)
     ap.add_argument("--batch", type=int_at_least(1), default=512)
     ap.add_argument(
         "--threads", type=int_at_least(1), default=2, help="torch threads (the learner's cores)"

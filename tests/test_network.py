@@ -11,7 +11,10 @@ from omegaconf import OmegaConf
 from trackmind.agent.inference import greedy_q, make_inference_network
 from trackmind.agent.network import (
     IQNNetwork,
+    ResidualBlock,
     SpectralLinear,
+    encoder_macs,
+    impala_output_shape,
     random_taus,
     stratified_symmetric_taus,
 )
@@ -19,7 +22,12 @@ from trackmind.agent.network_config import build_network, network_config
 from trackmind.errors import ConfigError
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "network"
-PRESETS = {"iqn_linesight": (120, 160), "iqn_cpu": (48, 64), "iqn_floats": None}
+PRESETS = {
+    "iqn_linesight": (120, 160),
+    "iqn_cpu": (48, 64),
+    "iqn_floats": None,
+    "iqn_impala": (120, 160),
+}
 FLOATS = 184
 
 
@@ -105,6 +113,11 @@ def test_odd_or_empty_tau_count_is_refused(n):
         ({"image_shape": [48, 64]}, FLOATS, (48, 64), "image_shape", "[C, H, W]"),
         ({"layer_norm": "sometimes"}, FLOATS, (48, 64), "layer_norm", "not a valid bool"),
         ({"spectral_norm": "yes!"}, FLOATS, (48, 64), "spectral_norm", "not a valid bool"),
+        ({"encoder": "resnet"}, FLOATS, (48, 64), "encoder", "conv, impala"),
+        ({"encoder": "impala", "impala_pool": [7, 8]}, FLOATS, (48, 64), "impala_pool", "6x8"),
+        ({"impala_pool": [6]}, FLOATS, (48, 64), "impala_pool", "[H, W]"),
+        ({"impala_blocks": -1}, FLOATS, (48, 64), "impala_blocks", ">= 0"),
+        ({"impala_channels": []}, FLOATS, (48, 64), "impala_channels", "needs a stage"),
     ],
 )
 def test_bad_config_names_the_key(change, float_dim, frame_shape, key, fragment):
@@ -272,3 +285,58 @@ def test_fused_dueling_heads_take_the_same_values_and_gradients():
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
     for change in ({"layer_norm": True}, {"spectral_norm": True}):
         assert not build_network({**preset("iqn_floats"), **change}, FLOATS, None).fuse_heads
+
+
+def test_impala_output_shape_by_hand():
+    """Each stage halves H and W, rounding up (3x3 max-pool, stride 2, padding 1); the
+    adaptive pool then sets the grid."""
+    assert impala_output_shape((1, 48, 64), (16, 32, 32), None) == (32, 6, 8)
+    assert impala_output_shape((1, 120, 160), (16, 32, 32), None) == (32, 15, 20)
+    assert impala_output_shape((1, 5, 7), (8, 4), None) == (4, 2, 2)  # 5x7 -> 3x4 -> 2x2
+    assert impala_output_shape((1, 120, 160), (16, 32, 32), (6, 8)) == (32, 6, 8)
+
+
+def test_encoder_macs_by_hand():
+    """iqn_cpu's convs on 48x64: 11x15x8 outputs of 1x8x8 taps, 4x6x16 of 8x4x4, 2x4x16 of
+    16x3x3; the Impala stages (16, 32, 32; 2 blocks) on the same frame: a 3x3 conv per stage
+    at the stage's input size, four 3x3 convs per stage at half of it."""
+    net = build_network(preset("iqn_cpu"), FLOATS, (48, 64))
+    plain = 11 * 15 * 8 * 64 + 4 * 6 * 16 * 8 * 16 + 2 * 4 * 16 * 16 * 9
+    assert encoder_macs(net.image_head, net.image_shape) == plain == 152_064
+    impala = build_network({**preset("iqn_cpu"), "encoder": "impala"}, FLOATS, (48, 64))
+    stages = [(1, 16, 48 * 64, 24 * 32), (16, 32, 24 * 32, 12 * 16), (32, 32, 12 * 16, 6 * 8)]
+    by_hand = sum(9 * (cin * c * hw_in + 4 * c * c * hw_out) for cin, c, hw_in, hw_out in stages)
+    assert encoder_macs(impala.image_head, impala.image_shape) == by_hand == 21_676_032
+
+
+def test_impala_encoder_features_script_and_pool():
+    """encoder=impala: three stages of residual blocks, features C x grid next to the floats'
+    (32 x 6 x 8 + 128 on 48x64 frames; 32 x 3 x 4 + 128 pooled), and the network scripts."""
+    cfg = {**preset("iqn_cpu"), "encoder": "impala"}
+    net = build_network(cfg, FLOATS, (48, 64))
+    assert sum(isinstance(m, ResidualBlock) for m in net.image_head) == 6
+    assert net.feature_dim == 32 * 6 * 8 + 128
+    img, floats = inputs(net, 3)
+    taus = stratified_symmetric_taus(3, 8)
+    z = net(img, floats, taus)
+    assert z.shape == (3, 8, 12) and torch.isfinite(z).all()
+    net.eval()
+    torch.testing.assert_close(torch.jit.script(net)(img, floats, taus), net(img, floats, taus))
+    pooled = build_network({**cfg, "impala_pool": [3, 4]}, FLOATS, (48, 64))
+    assert pooled.feature_dim == 32 * 3 * 4 + 128
+    assert pooled(img, floats, taus).shape == (3, 8, 12)
+    assert build_network({**cfg, "impala_blocks": 0}, FLOATS, (48, 64)).feature_dim == 1664
+
+
+def test_residual_block_is_the_identity_when_its_last_conv_is_zero():
+    """x + body(x): with the second conv's weight and bias zero the block passes x through,
+    and the gradient reaches x through the skip unchanged."""
+    block = ResidualBlock(4)
+    with torch.no_grad():
+        block.body[3].weight.zero_()
+        block.body[3].bias.zero_()
+    x = torch.randn(2, 4, 5, 6, requires_grad=True)
+    y = block(x)
+    torch.testing.assert_close(y, x)
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, torch.ones_like(x))

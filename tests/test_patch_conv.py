@@ -36,6 +36,21 @@ def test_patch_conv2d_equals_conv2d(c_in, c_out, k, s, h, w):
     torch.testing.assert_close(patch_conv2d(x, cl, bias, (s, s)), ref, rtol=1e-5, atol=1e-5)
 
 
+def test_padded_patch_conv_is_the_padded_conv2d():
+    """PatchConv2d(pad=1), the Impala encoder's first conv: zero padding, then the same patch
+    GEMM; value by value against conv2d with padding 1 (the GEMM path called directly, as a
+    GPU runs it)."""
+    g = torch.Generator().manual_seed(2)
+    m = PatchConv2d(1, 4, 3, 1, pad=1)
+    x = torch.randn(2, 1, 7, 9, generator=g)
+    ref = F.conv2d(x, m.weight, m.bias, 1, 1)
+    assert ref.shape == (2, 4, 7, 9)
+    torch.testing.assert_close(m(x), ref)
+    gemm = patch_conv2d(F.pad(x, [1, 1, 1, 1]), m.weight, m.bias, m.stride)
+    torch.testing.assert_close(gemm, ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(torch.jit.script(m)(x), ref)
+
+
 def test_patch_conv2d_weight_gradient_equals_conv2d():
     g = torch.Generator().manual_seed(1)
     x = torch.randn(2, 1, 12, 14, generator=g)

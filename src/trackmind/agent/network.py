@@ -108,15 +108,19 @@ class PatchConv2d(nn.Conv2d):
     conversion, about 1 ms of a 5.8 ms learner step at batch 512, for 0.6 GFLOP. As patches
     (B*Ho*Wo, C*k*k) times the weight (C*k*k, C_out) it is one small GEMM, and the NHWC result
     is what the following convolutions read best. Same parameters as a Conv2d (state dicts
-    are unchanged); on a CPU it is the plain convolution. Unpadded, undilated, ungrouped only.
+    are unchanged); on a CPU it is the plain convolution. Zero padding (the Impala encoder's
+    first conv) is padded first, then the same GEMM; undilated, ungrouped only.
     """
 
-    def __init__(self, c_in: int, c_out: int, kernel: int, stride: int) -> None:
-        super().__init__(c_in, c_out, kernel, stride)
+    def __init__(self, c_in: int, c_out: int, kernel: int, stride: int, pad: int = 0) -> None:
+        super().__init__(c_in, c_out, kernel, stride, padding=pad)
+        self.pad = pad
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not x.is_cuda:
             return self._conv_forward(x, self.weight, self.bias)
+        if self.pad > 0:
+            x = F.pad(x, [self.pad, self.pad, self.pad, self.pad])
         return patch_conv2d(x, self.weight, self.bias, self.stride)
 
 
@@ -146,6 +150,85 @@ def conv_layout_for(net: nn.Module, device: torch.device | str) -> nn.Module:
     return net
 
 
+ENCODERS = ("conv", "impala")
+
+
+class ResidualBlock(nn.Module):
+    """x + conv(act(conv(act(x)))): the Impala-CNN block (Espeholt et al. 2018). Two 3x3
+    convolutions that keep the shape, so a deep encoder still passes gradients straight
+    through its skips."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.LeakyReLU(LEAK),
+            nn.Conv2d(channels, channels, 3, padding=1),
+            nn.LeakyReLU(LEAK),
+            nn.Conv2d(channels, channels, 3, padding=1),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.body(x)
+
+
+def impala_output_shape(
+    image_shape: Sequence[int], channels: Sequence[int], pool: Sequence[int] | None
+) -> tuple[int, int, int]:
+    """(C, H, W) after the Impala stages: each halves H and W, rounding up (3x3 max-pool,
+    stride 2, padding 1), then the adaptive max-pool to ``pool`` (H, W) if one is given."""
+    _, h, w = image_shape
+    for _ in channels:
+        h, w = (h - 1) // 2 + 1, (w - 1) // 2 + 1
+    if pool is not None:
+        h, w = pool
+    return channels[-1], h, w
+
+
+def impala_layers(
+    c_in: int, channels: Sequence[int], blocks: int, pool: Sequence[int] | None
+) -> list[nn.Module]:
+    """The Impala-CNN encoder (Espeholt et al. 2018; with IQN in BTR, Clark et al. 2024): per
+    stage a 3x3 conv, a 3x3 max-pool of stride 2 and ``blocks`` residual blocks; then the
+    activation and, as BTR does, an adaptive max-pool to a fixed ``pool`` grid, so the state
+    features do not grow with the frame size. A first conv of few channels is a PatchConv2d,
+    as in the plain stack (one GEMM on a GPU)."""
+    if not channels:
+        raise ValueError("the Impala encoder needs at least one stage")
+    layers: list[nn.Module] = []
+    for c_out in channels:
+        shape = (c_in, c_out, 3, 1)
+        conv = PatchConv2d(*shape, pad=1) if c_in <= 4 else nn.Conv2d(*shape, padding=1)
+        layers += [conv, nn.MaxPool2d(3, 2, padding=1)]
+        layers += [ResidualBlock(c_out) for _ in range(blocks)]
+        c_in = c_out
+    layers.append(nn.LeakyReLU(LEAK))
+    if pool is not None:
+        layers.append(nn.AdaptiveMaxPool2d(tuple(pool)))
+    return layers
+
+
+def encoder_macs(image_head: nn.Module, image_shape: Sequence[int]) -> int:
+    """Multiply-adds of the convolutions of ``image_head`` for one frame of ``image_shape``,
+    read from the output shapes of one forward pass (pooling and activations left out)."""
+    macs = 0
+
+    def count(conv: nn.Module, _inputs: tuple, out: torch.Tensor) -> None:
+        nonlocal macs
+        k = conv.kernel_size[0] * conv.kernel_size[1] * conv.in_channels // conv.groups
+        macs += out[0].numel() * k
+
+    convs = [m for m in image_head.modules() if isinstance(m, nn.Conv2d)]
+    hooks = [m.register_forward_hook(count) for m in convs]
+    weight = convs[0].weight  # the frame goes where the head is (a GPU's head: on the GPU)
+    try:
+        with torch.no_grad():
+            image_head(torch.zeros(1, *image_shape, device=weight.device, dtype=weight.dtype))
+    finally:
+        for h in hooks:
+            h.remove()
+    return macs
+
+
 def _hidden(a: int, b: int, layer_norm: bool, spectral_norm: bool = False) -> list[nn.Module]:
     """Linear -> [LayerNorm] -> leaky ReLU: one hidden layer of the dense parts."""
     norm: list[nn.Module] = [nn.LayerNorm(b)] if layer_norm else []
@@ -170,7 +253,8 @@ class IQNNetwork(nn.Module):
     head, tau embedding, dueling heads): it bounds the features a value is read from, which
     keeps Q from extrapolating far on states the buffer rarely holds (Ball et al. 2023; Lyle
     et al. 2023). The conv stack is left as it is. ``spectral_norm`` makes the dueling heads'
-    hidden layers SpectralLinear.
+    hidden layers SpectralLinear. ``encoder`` picks the frame encoder: "conv" (Linesight's
+    plain stack, conv_*) or "impala" (residual stages, impala_*; see impala_layers).
     """
 
     def __init__(
@@ -188,6 +272,10 @@ class IQNNetwork(nn.Module):
         float_std: torch.Tensor | None = None,
         layer_norm: bool = False,
         spectral_norm: bool = False,
+        encoder: str = "conv",
+        impala_channels: Sequence[int] = (16, 32, 32),
+        impala_blocks: int = 2,
+        impala_pool: Sequence[int] | None = None,
     ) -> None:
         super().__init__()
         self.has_image = image_shape is not None
@@ -198,13 +286,19 @@ class IQNNetwork(nn.Module):
 
         conv: list[nn.Module] = []
         image_features = 0
-        if image_shape is not None:
+        if encoder not in ENCODERS:
+            raise ValueError(f"encoder must be one of {', '.join(ENCODERS)}, got {encoder!r}")
+        if image_shape is not None and encoder == "impala":
+            conv += impala_layers(image_shape[0], impala_channels, impala_blocks, impala_pool)
+            c, h, w = impala_output_shape(image_shape, impala_channels, impala_pool)
+        elif image_shape is not None:
             c_in = image_shape[0]
             for c_out, k, s in zip(conv_channels, conv_kernels, conv_strides, strict=True):
                 layer = PatchConv2d if c_in <= 4 else nn.Conv2d  # few channels: one GEMM
                 conv += [layer(c_in, c_out, k, s), nn.LeakyReLU(LEAK)]
                 c_in = c_out
             c, h, w = conv_output_shape(image_shape, conv_channels, conv_kernels, conv_strides)
+        if image_shape is not None:
             if h <= 0 or w <= 0:
                 raise ValueError(f"conv stack shrinks the image {tuple(image_shape)} to nothing")
             image_features = c * h * w

@@ -12,7 +12,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from trackmind.agent.network import IQNNetwork, conv_output_shape
+from trackmind.agent.network import ENCODERS, IQNNetwork, conv_output_shape, impala_output_shape
 from trackmind.errors import check_schema, require
 
 PREFIX = "network"
@@ -51,6 +51,11 @@ class NetworkConfig:
     layer_norm: bool = False
     # the dueling heads' hidden layers spectrally normalised (agent/network.SpectralLinear)
     spectral_norm: bool = False
+    # the frame encoder: conv (the conv_* stack above) or impala (residual stages: impala_*)
+    encoder: str = "conv"
+    impala_channels: list[int] = field(default_factory=lambda: [16, 32, 32])
+    impala_blocks: int = 2  # residual blocks per stage
+    impala_pool: Any = None  # [H, W]: an adaptive max-pool to this grid; null: none
     n_quantiles_train: int = 8
     n_quantiles_target: int = 8  # random taus of the target's next-state quantiles
     n_quantiles_inference: int = 32
@@ -66,6 +71,20 @@ class NetworkConfig:
     def __post_init__(self) -> None:
         for name in ("conv_channels", "conv_kernels", "conv_strides", "float_hidden"):
             setattr(self, name, _int_list(getattr(self, name), name))
+        require(
+            self.encoder in ENCODERS,
+            f"{PREFIX}.encoder",
+            f"must be one of {', '.join(ENCODERS)}, got {self.encoder!r}",
+        )
+        self.impala_channels = _int_list(self.impala_channels, "impala_channels")
+        require(len(self.impala_channels) > 0, f"{PREFIX}.impala_channels", "needs a stage")
+        blocks = self.impala_blocks
+        ok = isinstance(blocks, int) and not isinstance(blocks, bool) and blocks >= 0
+        require(ok, f"{PREFIX}.impala_blocks", f"must be an integer >= 0, got {blocks!r}")
+        if self.impala_pool is not None:
+            pool = _int_list(self.impala_pool, "impala_pool")
+            require(len(pool) == 2, f"{PREFIX}.impala_pool", f"must be [H, W], got {list(pool)}")
+            self.impala_pool = pool
         counts = ("n_quantiles_target", "n_quantiles_inference")
         for name in ("embedding_dim", "dense_hidden", "n_actions", *counts):
             _positive_int(getattr(self, name), name)
@@ -137,6 +156,9 @@ def _image_shape(
 def _check_conv_stack(nc: NetworkConfig) -> None:
     if nc.image_shape is None:
         return
+    if nc.encoder == "impala":
+        _check_impala(nc)
+        return
     lists = (nc.conv_channels, nc.conv_kernels, nc.conv_strides)
     require(
         len(set(map(len, lists))) == 1,
@@ -150,6 +172,20 @@ def _check_conv_stack(nc: NetworkConfig) -> None:
         f"{PREFIX}.conv_kernels",
         f"the conv stack shrinks the {nc.image_shape[1]}x{nc.image_shape[2]} image to nothing "
         f"({h}x{w}): use fewer layers, smaller kernels or strides",
+    )
+
+
+def _check_impala(nc: NetworkConfig) -> None:
+    """The adaptive pool may shrink the last stage's grid, not grow it (a larger grid only
+    repeats features)."""
+    if nc.impala_pool is None:
+        return
+    _, h, w = impala_output_shape(nc.image_shape, nc.impala_channels, None)
+    ph, pw = nc.impala_pool
+    require(
+        ph <= h and pw <= w,
+        f"{PREFIX}.impala_pool",
+        f"{[ph, pw]} is larger than the {h}x{w} grid the {len(nc.impala_channels)} stages leave",
     )
 
 
