@@ -75,7 +75,7 @@ CYCLE_FINISH_RATE = 0.80  # a map's target inside a cycle of maps (60 minutes fo
 START_SHARE = 0.05  # a greedy race that ended within the first 5% of the map stalled at the start
 CURVE_WINDOWS = 10  # the learning curve's windows: tenths of the budget
 NEAR_RATIO = 1.05  # "regular, near the reference": the second milestone Linesight reports
-THROUGHPUT = ("throughput/samples_per_s", "throughput/transitions_per_s")
+SAMPLES_PER_S = "throughput/samples_per_s"  # the learner's rate, logged at a steady cadence
 Q_MEAN = "train/q_mean"
 DRIFT_BIN_S = 60.0  # the value drift's floor: the lowest median over one-minute bins
 
@@ -184,6 +184,20 @@ def value_drift(points: Sequence[tuple[float, float]], start_s: float) -> float 
     for t, v in points:
         bins.setdefault(int(t // DRIFT_BIN_S), []).append(v)
     return statistics.median(late) - min(statistics.median(b) for b in bins.values())
+
+
+def counter_rate(points: Sequence[tuple[float, float]]) -> float | None:
+    """The mean rate of a counter that only grows: (last value - first) / (last t - first t).
+
+    `points`: (seconds, value). The collectors' logged rate counts transitions as races and
+    chunks arrive, so with long chunks many logging intervals read 0 and its median is no
+    rate at all; the slope of the `frames` counter (actions collected, all cars) is. None
+    under two points or a zero span.
+    """
+    if len(points) < 2:
+        return None
+    (t0, v0), (t1, v1) = min(points), max(points)
+    return (v1 - v0) / (t1 - t0) if t1 > t0 else None
 
 
 def late_races(history: list[dict], start_s: float) -> list[dict]:
@@ -411,13 +425,18 @@ def greedy_history(run_id: str, tracking_uri: str) -> list[dict]:
         return json.loads(Path(path).read_text())["greedy_races"]
 
 
-def throughput(run_id: str, tracking_uri: str) -> dict[str, float | None]:
-    """Median samples/s (learner) and transitions/s (collectors) of a run, from MLflow."""
-    out: dict[str, float | None] = {}
-    for key in THROUGHPUT:
-        values = [m.value for m in _client(tracking_uri).get_metric_history(run_id, key)]
-        out[key.split("/")[1]] = statistics.median(values) if values else None
-    return out
+def samples_per_s(run_id: str, tracking_uri: str) -> float | None:
+    """The learner's samples/s over a run: the median of its logged rate, from MLflow."""
+    values = [m.value for m in _client(tracking_uri).get_metric_history(run_id, SAMPLES_PER_S)]
+    return statistics.median(values) if values else None
+
+
+def transitions_per_s(history: list[dict]) -> float | None:
+    """The collectors' transitions/s over a run: the slope of the `frames` counter its greedy
+    races recorded (counter_rate), from the first to the last; None without the counter."""
+    return counter_rate(
+        [(h["wall_s"], h["frames"]) for h in history if h.get("frames") is not None]
+    )
 
 
 def q_mean_drift(run_id: str, tracking_uri: str, minutes: float) -> float | None:
@@ -689,7 +708,10 @@ def main(argv: list[str] | None = None) -> int:
         run_id, history = read_run(out_dir, args.tracking_uri)
         rows = []
         end_s = max((h["wall_s"] for h in history), default=0.0)
-        speed = throughput(run_id, args.tracking_uri)
+        speed = {
+            "samples_per_s": samples_per_s(run_id, args.tracking_uri),
+            "transitions_per_s": transitions_per_s(history),
+        }
         drift = q_mean_drift(run_id, args.tracking_uri, args.minutes)
         for name in maps_of(option):
             ref = reference_time_ms(load_map(name))

@@ -216,6 +216,19 @@ def test_bench_learning_value_drift_by_hand():
     assert bench.curves_table([cells]).splitlines()[2].endswith("| - | +15.50 | `01234567` |")
 
 
+def test_bench_learning_counter_rate_by_hand():
+    """transitions/s is the slope of the frames counter, whatever order its points come in."""
+    bench = load_script("bench_learning")
+    frames = [(130.0, 9000.0), (100.0, 1000.0), (110.0, 1000.0), (120.0, 1000.0)]
+    assert bench.counter_rate(frames) == (9000.0 - 1000.0) / (130.0 - 100.0)  # 266.67/s
+    assert bench.counter_rate([(5.0, 10.0)]) is None  # one point: no rate
+    assert bench.counter_rate([(5.0, 10.0), (5.0, 20.0)]) is None  # no span
+    races = [{"wall_s": 60.0, "frames": 3000}, {"wall_s": 90.0, "frames": None}]
+    races += [{"wall_s": 160.0, "frames": 53000}]  # a race saved without the counter is skipped
+    assert bench.transitions_per_s(races) == 500.0  # 50,000 actions in 100 s
+    assert bench.transitions_per_s(races[1:2]) is None
+
+
 def test_bench_learning_records_each_run_where_it_reads_it_back(monkeypatch, tmp_path):
     """A run is recorded in --tracking-uri's store, passed before the lever's overrides, so
     that its row is read back from the store it went to and no row names the store."""
