@@ -33,6 +33,7 @@ from trackmind.agent.network import (
 )
 from trackmind.agent.resets import reset_optimizer_state_, reset_slot, shrink_perturb_
 from trackmind.agent.schedules import Schedule
+from trackmind.agent.self_predictive import SelfPredictiveHead, self_predictive_loss
 from trackmind.env.mirror import MIRRORED_ACTIONS, FloatMirror, mirror_batch
 from trackmind.errors import ConfigError, check_schema, require
 from trackmind.training.adam_step import adam_state, clipped_adam_step_
@@ -186,6 +187,10 @@ class LearnerConfig:
     # the share of each batch the learner mirrors left to right (env/mirror.py): states,
     # frames and actions of those samples swapped for their mirror twins (0: off)
     mirror_share: float = 0.0
+    # the self-predictive auxiliary loss (agent/self_predictive.py): its weight beside the
+    # value loss (0: off) and the width of its projection
+    self_predictive_weight: float = 0.0
+    self_predictive_dim: int = 128
 
     def __post_init__(self) -> None:
         key = "learner"
@@ -219,6 +224,8 @@ class LearnerConfig:
             ("acting_ema_batches", False),
             ("reset_every_frames", False),
             ("reset_until_frames", False),
+            ("self_predictive_weight", False),
+            ("self_predictive_dim", True),
         ):
             v = getattr(self, name)
             require(
@@ -247,6 +254,12 @@ class LearnerConfig:
             un == 0 or ev == 0 or un > ev,
             f"{key}.reset_until_frames",
             f"must be 0 or above reset_every_frames ({ev}), else no reset falls: got {un!r}",
+        )
+        require(
+            self.self_predictive_weight == 0 or self.compile == "none",
+            f"{key}.self_predictive_weight",
+            f"reads the encoder's features, which a compiled forward does not return: set "
+            f"learner.compile=none, got {self.compile!r}",
         )
         ms = self.mirror_share
         require(0 <= ms <= 1, f"{key}.mirror_share", f"must be in [0, 1], got {ms!r}")
@@ -399,6 +412,11 @@ class IQNLightningModule(L.LightningModule):
         self._nonfinite: torch.Tensor | None = None  # device counters: [in a row, in total]
         self._raw_optimizer: torch.optim.Optimizer | None = None  # the one device_update steps
         self._adam_step: Callable[..., torch.Tensor] | None = None  # compile_optimizer's step
+        self.self_predictive: SelfPredictiveHead | None = None
+        if self.cfg.self_predictive_weight > 0:
+            self.self_predictive = SelfPredictiveHead(
+                network.feature_dim, network.n_actions, int(self.cfg.self_predictive_dim)
+            )
         self.resets_done = 0
         self.reset_slot = 0  # schedule slot (frames // reset_every_frames) of the last reset
         names = dict(network.named_modules())
@@ -425,8 +443,11 @@ class IQNLightningModule(L.LightningModule):
             # device (capturable), and the lr schedule writes into that tensor
             lr = torch.tensor(lr, device=self.device)
             extra = {"capturable": True, "foreach": True}
+        params = list(self.online_network.parameters())
+        if self.self_predictive is not None:
+            params += [p for p in self.self_predictive.parameters() if p.requires_grad]
         return opt_cls(
-            self.online_network.parameters(),
+            params,
             lr=lr,
             eps=float(self.cfg.adam_eps),
             weight_decay=float(self.cfg.weight_decay),
@@ -460,10 +481,19 @@ class IQNLightningModule(L.LightningModule):
         b = batch["action"].shape[0]
         taus = stratified_symmetric_taus(b, self.n_train, device=self.device)
         online, target, loss_fn = self._forwards()
-        z = online(state_img, batch["state_float"], taus)
+        spr = self.self_predictive
+        if spr is None:
+            z = online(state_img, batch["state_float"], taus)
+        else:  # the features kept for the prediction (learner.compile is none)
+            features = self.online_network.features(state_img, batch["state_float"])
+            z = self.online_network.quantiles(features, taus)
         with torch.no_grad():
             taus_next = self.target_taus(b, self.n_target, device=self.device)
-            z_next = target(next_img, batch["next_state_float"], taus_next)
+            if spr is None:
+                z_next = target(next_img, batch["next_state_float"], taus_next)
+            else:
+                next_features = self.target_network.features(next_img, batch["next_state_float"])
+                z_next = self.target_network.quantiles(next_features, taus_next)
             target_max = batch.get("target_max")
             stats = {}
             if target_max is not None:
@@ -487,6 +517,13 @@ class IQNLightningModule(L.LightningModule):
             taus_next=taus_next,
             cvar=self.policy_cvar,
         )
+        if spr is not None:
+            predicted = spr.predict(features, batch["action"])
+            aux, _ = self_predictive_loss(
+                predicted, spr.target(next_features), batch["discount"] > 0
+            )
+            loss = loss + float(self.cfg.self_predictive_weight) * aux
+            stats["train/self_predictive_loss"] = aux.detach()
         return LossParts(loss, per_sample, z, stats)
 
     def mirrored(self, batch: Mapping[str, torch.Tensor]) -> Mapping[str, torch.Tensor]:
@@ -649,6 +686,9 @@ class IQNLightningModule(L.LightningModule):
         every = int(self.cfg.target_update_every_transitions)
         while self.samples_since_target_update >= every:
             soft_update(self.target_network, self.online_network, float(self.cfg.target_tau))
+            if self.self_predictive is not None:
+                head = self.self_predictive
+                soft_update(head.target_projection, head.projection, float(self.cfg.target_tau))
             self.samples_since_target_update -= every
         every = int(self.cfg.reset_every_frames)
         if every > 0:  # off by default: no frame read on the hot path
