@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import lightning as L
+import torch
 from hydra import compose, initialize_config_dir
 
 from trackmind.collectors.fleet.settings import RayCollectorConfig
@@ -35,3 +37,34 @@ def ray_collector(**keys: Any) -> RayCollectorConfig:
     return check_schema(
         {**conf_option("collector", "ray"), **keys}, RayCollectorConfig, "collector"
     )
+
+
+def learner_batches(n: int, floats: int, b: int = 16) -> list[dict[str, torch.Tensor]]:
+    """`n` collated batches of `b` random float-only transitions (no frames), the same each
+    call: what a learner module's step reads, without a buffer."""
+    g = torch.Generator().manual_seed(1)
+    return [
+        {
+            "state_float": torch.randn(b, floats, generator=g),
+            "next_state_float": torch.randn(b, floats, generator=g),
+            "action": torch.randint(0, 12, (b,), generator=g),
+            "reward": torch.randn(b, generator=g),
+            "discount": torch.full((b,), 0.99),
+        }
+        for _ in range(n)
+    ]
+
+
+def fit_steps(module: L.LightningModule, batches: list[dict], root: Path) -> None:
+    """`module` trained on `batches`, one step each, on the CPU, writing nothing but under
+    `root`."""
+    trainer = L.Trainer(
+        max_steps=len(batches),
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=root,
+    )
+    trainer.fit(module, train_dataloaders=torch.utils.data.DataLoader(batches, None))

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import lightning as L
 import pytest
 import torch
 from omegaconf import OmegaConf
+from specs import fit_steps, learner_batches
 
 from trackmind.agent.network_config import build_network
 from trackmind.agent.resets import reset_optimizer_state_, reset_slot, shrink_perturb_
@@ -131,33 +131,6 @@ def test_reset_keys_are_checked_where_the_config_names_them():
         _module(reset_every_frames=2000, reset_until_frames=1000)
 
 
-def _batches(n: int, b: int = 16) -> list[dict[str, torch.Tensor]]:
-    g = torch.Generator().manual_seed(1)
-    return [
-        {
-            "state_float": torch.randn(b, FLOATS, generator=g),
-            "next_state_float": torch.randn(b, FLOATS, generator=g),
-            "action": torch.randint(0, 12, (b,), generator=g),
-            "reward": torch.randn(b, generator=g),
-            "discount": torch.full((b,), 0.99),
-        }
-        for _ in range(n)
-    ]
-
-
-def _fit(module: IQNLightningModule, tmp_path: Path, steps: int = 8) -> None:
-    trainer = L.Trainer(
-        max_steps=steps,
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=tmp_path,
-    )
-    trainer.fit(module, train_dataloaders=torch.utils.data.DataLoader(_batches(steps), None))
-
-
 def test_a_run_resets_on_schedule_and_keeps_its_target(tmp_path):
     """Frames rise 1,000 a batch; resets every 2,000 until 5,000: two resets in 8 batches.
     A reset leaves the target network alone: with target updates off (one every 10^9
@@ -169,8 +142,8 @@ def test_a_run_resets_on_schedule_and_keeps_its_target(tmp_path):
     for m in (module, twin):
         m.frames = lambda m=m: 1000 * (m.global_step + 1)
     target_before = {k: v.clone() for k, v in module.target_network.state_dict().items()}
-    _fit(module, tmp_path)
-    _fit(twin, tmp_path)
+    fit_steps(module, learner_batches(8, FLOATS), tmp_path)
+    fit_steps(twin, learner_batches(8, FLOATS), tmp_path)
     assert module.resets_done == 2 and twin.resets_done == 0
     for k, v in module.target_network.state_dict().items():
         assert torch.equal(v, target_before[k]), k

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import lightning as L
 import pytest
 import torch
 from omegaconf import OmegaConf
+from specs import fit_steps, learner_batches
 
 from trackmind.agent.network_config import build_network
 from trackmind.agent.self_predictive import SelfPredictiveHead, self_predictive_loss
@@ -65,20 +65,6 @@ def _module(**change) -> IQNLightningModule:
     return IQNLightningModule(build_network(net_cfg, FLOATS, None), {**cfg, **change})
 
 
-def _batches(n: int, b: int = 16) -> list[dict[str, torch.Tensor]]:
-    g = torch.Generator().manual_seed(1)
-    return [
-        {
-            "state_float": torch.randn(b, FLOATS, generator=g),
-            "next_state_float": torch.randn(b, FLOATS, generator=g),
-            "action": torch.randint(0, 12, (b,), generator=g),
-            "reward": torch.randn(b, generator=g),
-            "discount": torch.full((b,), 0.99),
-        }
-        for _ in range(n)
-    ]
-
-
 def test_keys_are_checked_where_the_config_names_them():
     with pytest.raises(ConfigError, match=r"learner\.self_predictive_weight.*non-negative"):
         learner_config({**_learner(), "self_predictive_weight": -1.0})
@@ -103,7 +89,7 @@ def test_a_learner_with_the_loss_trains_its_head_and_moves_its_target(tmp_path):
     opt_params = {id(p) for g in module.configure_optimizers().param_groups for p in g["params"]}
     assert {id(p) for p in head.predictor.parameters()} <= opt_params
     assert not {id(p) for p in head.target_projection.parameters()} & opt_params
-    batch = _batches(1)[0]
+    batch = learner_batches(1, FLOATS)[0]
     plain_module = _module()  # the same seed: the same network
     torch.manual_seed(5)
     parts = module.compute_loss(batch)
@@ -113,16 +99,7 @@ def test_a_learner_with_the_loss_trains_its_head_and_moves_its_target(tmp_path):
     torch.testing.assert_close(parts.loss, plain.loss + aux)
     projection_before = head.projection.weight.detach().clone()
     target_before = head.target_projection.weight.detach().clone()
-    trainer = L.Trainer(
-        max_steps=4,
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=tmp_path,
-    )
-    trainer.fit(module, train_dataloaders=torch.utils.data.DataLoader(_batches(4), None))
+    fit_steps(module, learner_batches(4, FLOATS), tmp_path)
     moved = head.projection.weight.detach() - projection_before
     assert float(moved.norm()) > 0  # trained
     target_moved = head.target_projection.weight.detach() - target_before
