@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-LEAK = 0.01  # the networks' leaky ReLU slope
+from trackmind.agent.network import LEAK
 
 
 class SelfPredictiveHead(nn.Module):
