@@ -82,12 +82,18 @@ def test_the_loss_is_compiled_only_when_asked_and_only_with_a_mode():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("compile_loss", [False, True])
-def test_compiled_loss_matches_eager_on_cpu(compile_loss: bool):
-    """Inductor compiles the forward passes, and with compile_loss the loss (a C++ compiler
-    on the CPU): the same loss and per-sample losses."""
+@pytest.mark.parametrize(
+    "change",
+    [{}, {"compile_loss": True}, {"self_predictive_weight": 1.0}],
+    ids=["forwards", "loss", "self_predictive"],
+)
+def test_compiled_loss_matches_eager_on_cpu(change: dict):
+    """Inductor compiles the forward passes (with the features the self-predictive loss
+    reads), and with compile_loss the loss (a C++ compiler on the CPU): the same loss and
+    per-sample losses."""
     torch.compiler.reset()
-    eager, compiled = _module("none"), _module("default", compile_loss=compile_loss)
+    spr = {k: v for k, v in change.items() if k == "self_predictive_weight"}
+    eager, compiled = _module("none", **spr), _module("default", **change)
     compiled.load_state_dict(eager.state_dict())
     batch = _batch()
     torch.manual_seed(5)

@@ -70,8 +70,6 @@ def test_keys_are_checked_where_the_config_names_them():
         learner_config({**_learner(), "self_predictive_weight": -1.0})
     with pytest.raises(ConfigError, match=r"learner\.self_predictive_dim.*positive"):
         learner_config({**_learner(), "self_predictive_dim": 0})
-    with pytest.raises(ConfigError, match=r"learner\.self_predictive_weight.*compile=none"):
-        learner_config({**_learner(), "self_predictive_weight": 1.0, "compile": "default"})
 
 
 def _learner() -> dict:

@@ -391,6 +391,14 @@ class IQNNetwork(nn.Module):
         n = a0.weight.shape[0]
         return self.advantage[2](h[:, :n]), self.value[2](h[:, n:])
 
+    def forward_features(
+        self, img: torch.Tensor | None, floats: torch.Tensor, taus: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(Z, state features): the learner's forward, whose self-predictive loss reads the
+        features too; one call, so that a compiled learner compiles it whole."""
+        features = self.features(img, floats)
+        return self.quantiles(features, taus), features
+
     def forward(
         self, img: torch.Tensor | None, floats: torch.Tensor, taus: torch.Tensor
     ) -> torch.Tensor:

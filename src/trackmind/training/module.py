@@ -255,12 +255,6 @@ class LearnerConfig:
             f"{key}.reset_until_frames",
             f"must be 0 or above reset_every_frames ({ev}), else no reset falls: got {un!r}",
         )
-        require(
-            self.self_predictive_weight == 0 or self.compile == "none",
-            f"{key}.self_predictive_weight",
-            f"reads the encoder's features, which a compiled forward does not return: set "
-            f"learner.compile=none, got {self.compile!r}",
-        )
         ms = self.mirror_share
         require(0 <= ms <= 1, f"{key}.mirror_share", f"must be in [0, 1], got {ms!r}")
         rs = self.reset_shrink
@@ -326,11 +320,15 @@ def make_capturable(opt: torch.optim.Optimizer, device: torch.device, lr: float)
 
 
 def compiled_forwards(online: torch.nn.Module, target: torch.nn.Module, mode: str):
-    """(online, target) callables: the modules' own calls (mode none) or torch.compile of
-    their forward. Functions, never modules, so that holding them registers no submodule."""
+    """(online, target) callables of (img, floats, taus) -> (Z, features): the networks'
+    forward_features (mode none) or torch.compile of it. Functions, never modules, so that
+    holding them registers no submodule."""
     if mode == "none":
-        return online.__call__, target.__call__
-    return torch.compile(online.forward, mode=mode), torch.compile(target.forward, mode=mode)
+        return online.forward_features, target.forward_features
+    return (
+        torch.compile(online.forward_features, mode=mode),
+        torch.compile(target.forward_features, mode=mode),
+    )
 
 
 def compiled_loss(mode: str, compile_loss: bool) -> Callable[..., tuple]:
@@ -481,26 +479,17 @@ class IQNLightningModule(L.LightningModule):
         b = batch["action"].shape[0]
         taus = stratified_symmetric_taus(b, self.n_train, device=self.device)
         online, target, loss_fn = self._forwards()
-        spr = self.self_predictive
-        if spr is None:
-            z = online(state_img, batch["state_float"], taus)
-        else:  # the features kept for the prediction (learner.compile is none)
-            features = self.online_network.features(state_img, batch["state_float"])
-            z = self.online_network.quantiles(features, taus)
+        z, features = online(state_img, batch["state_float"], taus)
         with torch.no_grad():
             taus_next = self.target_taus(b, self.n_target, device=self.device)
-            if spr is None:
-                z_next = target(next_img, batch["next_state_float"], taus_next)
-            else:
-                next_features = self.target_network.features(next_img, batch["next_state_float"])
-                z_next = self.target_network.quantiles(next_features, taus_next)
+            z_next, next_features = target(next_img, batch["next_state_float"], taus_next)
             target_max = batch.get("target_max")
             stats = {}
             if target_max is not None:
                 stats["train/bound_clipped"] = bound_clipped_share(z_next, target_max)
             z_online_next = None
             if self.cfg.double_dqn:
-                z_online_next = online(next_img, batch["next_state_float"], taus_next)
+                z_online_next, _ = online(next_img, batch["next_state_float"], taus_next)
         loss, per_sample = loss_fn(
             z,
             taus,
@@ -517,6 +506,7 @@ class IQNLightningModule(L.LightningModule):
             taus_next=taus_next,
             cvar=self.policy_cvar,
         )
+        spr = self.self_predictive
         if spr is not None:
             predicted = spr.predict(features, batch["action"])
             aux, _ = self_predictive_loss(
