@@ -402,4 +402,4 @@ class IQNNetwork(nn.Module):
     def forward(
         self, img: torch.Tensor | None, floats: torch.Tensor, taus: torch.Tensor
     ) -> torch.Tensor:
-        return self.quantiles(self.features(img, floats), taus)
+        return self.forward_features(img, floats, taus)[0]
