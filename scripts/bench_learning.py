@@ -45,6 +45,11 @@ minute's median of the run. A mini-race's Q is a sum over a few seconds of drivi
 settles; a drift of several reward units says the values diverged (the bootstrapped targets
 chase the network's own growing estimates) even where the greedy argmax still drives. Rows
 saved before these existed get them from MLflow when the run is still in the tracking store.
+
+Each row also counts its greedy races per 100k actions collected (`action_bins`, by the
+`frames` counter at each race's end). A machine whose speed swings by a third between runs
+gives one arm more experience than its control in the same minutes, so a pairs table
+(scripts/make_docs.py, `"equal_actions": true`) also compares the two over the same actions.
 """
 
 from __future__ import annotations
@@ -78,6 +83,8 @@ NEAR_RATIO = 1.05  # "regular, near the reference": the second milestone Linesig
 SAMPLES_PER_S = "throughput/samples_per_s"  # the learner's rate, logged at a steady cadence
 Q_MEAN = "train/q_mean"
 DRIFT_BIN_S = 60.0  # the value drift's floor: the lowest median over one-minute bins
+ACTION_BIN = 100_000  # actions collected (all cars) per bin of the equal-actions counts
+EQUAL_ACTIONS_SHARE = 1 / 3  # the equal-actions window: the last third of the shared actions
 
 
 def window_s(minutes: float) -> float:
@@ -134,6 +141,8 @@ def summarise(history: list[dict], reference_ms: float, minutes: float, end_s: f
         # a graded figure for short screening runs, where few races finish yet
         "late_progress": statistics.fmean(covered) if covered else None,
         "curve": finish_curve(history, minutes),
+        "actions": actions_collected(history),
+        "action_bins": action_bins(history),
         "late_autocorr": outcome_autocorrelation([h["time_ms"] is not None for h in late]),
     }
 
@@ -150,6 +159,48 @@ def finish_curve(
         seen[i] += 1
         done[i] += h["time_ms"] is not None
     return [d / n if n else None for d, n in zip(done, seen)]
+
+
+def actions_collected(history: list[dict]) -> int | None:
+    """The `frames` counter (actions collected, all cars) at the last greedy race's end."""
+    return max((h["frames"] for h in history if h.get("frames") is not None), default=None)
+
+
+def action_bins(history: list[dict], size: int = ACTION_BIN) -> list[list[int]]:
+    """[finished, ended] greedy races per bin of `size` actions collected, by the `frames`
+    counter at each race's end: how a run learned per action, not per minute, so that runs
+    on a machine whose speed swings compare at equal experience. [] without the counter."""
+    counted = [h for h in history if h.get("frames") is not None]
+    if not counted:
+        return []
+    bins = [[0, 0] for _ in range(max(h["frames"] for h in counted) // size + 1)]
+    for h in counted:
+        b = bins[h["frames"] // size]
+        b[0] += h["time_ms"] is not None
+        b[1] += 1
+    return bins
+
+
+def equal_actions_window(
+    rows: Sequence[dict], share: float = EQUAL_ACTIONS_SHARE, size: int = ACTION_BIN
+) -> tuple[int, int] | None:
+    """The bins [lo, hi) every row reached: the last `share` (at least one bin) of the whole
+    bins of the row that collected the fewest actions. None when a row has no counts or
+    none has a whole bin."""
+    if not rows or any(not r.get("action_bins") or r.get("actions") is None for r in rows):
+        return None
+    hi = min(r["actions"] for r in rows) // size
+    if hi < 1:
+        return None
+    return hi - max(1, round(share * hi)), hi
+
+
+def rate_in_bins(bins: Sequence[Sequence[int]], lo: int, hi: int) -> float | None:
+    """The share of greedy races finished among those that ended in bins [lo, hi); None if
+    none did."""
+    done = sum(b[0] for b in bins[lo:hi])
+    seen = sum(b[1] for b in bins[lo:hi])
+    return done / seen if seen else None
 
 
 def outcome_autocorrelation(finished: Sequence[bool], lag: int = 1) -> float | None:
@@ -450,10 +501,11 @@ def q_mean_drift(run_id: str, tracking_uri: str, minutes: float) -> float | None
 
 
 def add_missing_curves(saved: dict[str, list[dict]], tracking_uri: str) -> bool:
-    """Give rows saved before curves (or the outcome autocorrelation, or the value drift)
-    existed theirs, from their MLflow run where it is still there (else None, so it is not
-    asked again); True when a row changed. The autocorrelation's window then ends at the
-    run's last greedy race (the run's own end is not in its history)."""
+    """Give rows saved before curves (or the outcome autocorrelation, the value drift or the
+    equal-actions counts) existed theirs, from their MLflow run where it is still there
+    (else None or [], so it is not asked again); True when a row changed. The
+    autocorrelation's window then ends at the run's last greedy race (the run's own end is
+    not in its history)."""
     changed = False
     for rows in saved.values():
         for r in rows:
@@ -463,7 +515,7 @@ def add_missing_curves(saved: dict[str, list[dict]], tracking_uri: str) -> bool:
                 except Exception:  # the run is gone from this tracking store
                     r["q_drift"] = None
                 changed = True
-            if "curve" in r and "late_autocorr" in r:
+            if "curve" in r and "late_autocorr" in r and "action_bins" in r:
                 continue
             try:
                 history = greedy_history(r["run_id"], tracking_uri)
@@ -472,6 +524,9 @@ def add_missing_curves(saved: dict[str, list[dict]], tracking_uri: str) -> bool:
             mine = None if history is None else [h for h in history if h["map"] == r["map"]]
             if "curve" not in r:
                 r["curve"] = None if mine is None else finish_curve(mine, r["minutes"])
+            if "action_bins" not in r:
+                r["action_bins"] = [] if mine is None else action_bins(mine)
+                r["actions"] = None if mine is None else actions_collected(mine)
             r["late_autocorr"] = None
             if mine:
                 end_s = max(h["wall_s"] for h in mine)

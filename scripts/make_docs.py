@@ -185,8 +185,12 @@ def pairs_table(data: dict, saved: dict[str, list[dict]]) -> str:
     the rows), and `control` may name the control's columns. A map with two or more pairs
     gets a median line (first finish: a run that never finished counts as its budget; the
     control's medians only where every seed has one). `"drift": true` adds each run's value
-    drift (bench_learning.value_drift: a diverging run shows several units)."""
+    drift (bench_learning.value_drift: a diverging run shows several units).
+    `"equal_actions": true` adds each side's finish rate over the same actions collected (the
+    last third of what both runs of the pair reached, bench_learning.equal_actions_window):
+    on a machine whose speed swings, equal minutes are not equal experience."""
     drift = bool(data.get("drift"))
+    equal = bool(data.get("equal_actions"))
     by_run = {r["run_id"]: r for rows in saved.values() for r in rows if r["option"] == r["map"]}
 
     def row_of(prefix: str | None) -> dict | None:
@@ -235,6 +239,25 @@ def pairs_table(data: dict, saved: dict[str, list[dict]]) -> str:
             "",
         ]
 
+    def at_equal_actions(a: dict, c: dict | None) -> tuple[list[str], list[float | None]]:
+        """The pair's window of actions and each side's finish rate in it."""
+        window = bench_learning.equal_actions_window([a, c] if c else [a])
+        if window is None:
+            return ["-", "-", "-"], [None, None]
+        lo, hi = window
+        rates = [
+            None if r is None else bench_learning.rate_in_bins(r["action_bins"], lo, hi)
+            for r in (a, c)
+        ]
+        k = bench_learning.ACTION_BIN // 1000
+        return [f"{lo * k}k-{hi * k}k", *(percent(x) for x in rates)], rates
+
+    def percent(x: float | None) -> str:
+        return "-" if x is None else f"{x:.0%}"
+
+    def median_of(xs: list[float | None]) -> str:
+        return "-" if not xs or None in xs else f"**{statistics.median(xs):.0%}**"
+
     by_map: dict[str, list[tuple[dict, dict | None]]] = {}
     for arm, control in data["pairs"]:
         a = row_of(arm)
@@ -242,16 +265,28 @@ def pairs_table(data: dict, saved: dict[str, list[dict]]) -> str:
     out = []
     by_rows = [a for pairs in by_map.values() for a, _ in pairs]
     for name, pairs in by_map.items():
+        rates = []
         for a, c in pairs:
-            out.append([name, str(seed_of(a["overrides"])), *cells(a), *cells(c)])
+            row = [name, str(seed_of(a["overrides"])), *cells(a), *cells(c)]
+            if equal:
+                shown_cells, pair_rates = at_equal_actions(a, c)
+                rates.append(pair_rates)
+                row += shown_cells
+            out.append(row)
         if len(pairs) > 1:
             controls = [c for _, c in pairs]
             ctrl = medians(controls) if all(controls) else ["-"] * (5 if drift else 4)
-            out.append([name, "median", *medians([a for a, _ in pairs]), *ctrl])
+            row = [name, "median", *medians([a for a, _ in pairs]), *ctrl]
+            if equal:
+                row += ["", median_of([x for x, _ in rates]), median_of([y for _, y in rates])]
+            out.append(row)
     shown = ["first finish", "median ratio", *(["value drift"] if drift else []), "run"]
     late_min = bench_learning.window_s(min(r["minutes"] for r in by_rows)) / 60.0
+    control = data.get("control", "control")
     columns = ["map", "seed", f"finished, last {late_min:.3g} min", *shown]
-    columns += [f"{data.get('control', 'control')}: finished", *shown]
+    columns += [f"{control}: finished", *shown]
+    if equal:
+        columns += ["equal actions: races ending at", "finished", f"{control}: finished"]
     return markdown_table(columns, out)
 
 

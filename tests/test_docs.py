@@ -172,6 +172,41 @@ def test_pairs_table_by_hand():
     assert one[2].endswith("| aaaaaaa0 | - | - | - | - |") and len(one) == 3
 
 
+def test_pairs_table_at_equal_actions_by_hand():
+    """`"equal_actions": true`: each pair's shared window of actions and both sides' finish
+    rates in it, and their medians on the median line."""
+    docs = load_script("make_docs")
+
+    def row(run, overrides, bins):
+        return {
+            "run_id": run + "0" * 24,
+            "map": "technical",
+            "option": "technical",
+            "minutes": 30.0,
+            "overrides": overrides,
+            "finish_rate": 0.5,
+            "first_finish_min": 3.0,
+            "first_finish_actions": None,
+            "median_ratio": 1.1,
+            "action_bins": bins,
+            "actions": 100_000 * len(bins) - 1,
+        }
+
+    saved = {
+        "a": [row("aaaaaaa0", "x=1", [[0, 2], [1, 2], [3, 4], [4, 4]])],  # 4 bins: 3 whole
+        "b": [row("bbbbbbb0", "x=1 seed=1", [[0, 2], [1, 2], [2, 4]])],  # 3 bins: 2 whole
+        "c": [row("ccccccc0", "", [[0, 2], [0, 2], [1, 4]])],  # 2 whole
+        "d": [row("ddddddd0", "seed=1", [[0, 2], [1, 1], [2, 2], [1, 1]])],
+    }
+    table = {"pairs": [["aaaa", "cccc"], ["bbbb", "dddd"]], "equal_actions": True}
+    lines = docs.pairs_table(table, saved).splitlines()
+    assert lines[0].endswith("| equal actions: races ending at | finished | control: finished |")
+    # both pairs share 2 whole bins; the last third of 2 is one bin: 100k-200k actions
+    assert lines[2].endswith("| ccccccc0 | 100k-200k | 50% | 0% |")
+    assert lines[3].endswith("| ddddddd0 | 100k-200k | 50% | 100% |")
+    assert lines[4].endswith("|  | **50%** | **50%** |")
+
+
 def test_pairs_table_shows_the_value_drift_when_asked():
     """`"drift": true`: each run's value drift beside its ratio, their median on the median
     line, '-' for a run saved without one."""

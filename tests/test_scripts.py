@@ -175,6 +175,36 @@ def test_bench_learning_curve_by_hand():
     assert len(bench.curves_table([{**row, "curve": None, "run_id": "x"}]).splitlines()) == 2
 
 
+def test_bench_learning_equal_actions_by_hand():
+    """Greedy races counted per 100k actions collected; two runs compared over the last third
+    of the whole bins both reached, whatever their speeds in minutes."""
+    bench = load_script("bench_learning")
+    fast = [
+        {"wall_s": 60.0, "time_ms": None, "frames": 50_000},  # bin 0
+        {"wall_s": 300.0, "time_ms": 70_000.0, "frames": 250_000},  # bin 2
+        {"wall_s": 400.0, "time_ms": None, "frames": 260_000},  # bin 2
+        {"wall_s": 600.0, "time_ms": 69_000.0, "frames": 410_000},  # bin 4
+        {"wall_s": 700.0, "time_ms": 68_000.0, "frames": 530_000},  # bin 5: the slow never got here
+        {"wall_s": 710.0, "time_ms": None},  # saved without the counter: not binned
+    ]
+    bins = bench.action_bins(fast)
+    assert bins == [[0, 1], [0, 0], [1, 2], [0, 0], [1, 1], [1, 1]]
+    assert bench.actions_collected(fast) == 530_000
+    assert bench.action_bins([{"wall_s": 1.0, "time_ms": None}]) == []
+    row = bench.summarise(fast, 60_000.0, 30, 720.0)
+    assert row["action_bins"] == bins and row["actions"] == 530_000
+    slow = {"action_bins": [[0, 3], [1, 2], [2, 3], [2, 2]], "actions": 390_000}
+    # whole bins both reached: 3 (0-300k); the last third of 3 is one bin: [2, 3)
+    assert bench.equal_actions_window([row, slow]) == (2, 3)
+    assert bench.rate_in_bins(row["action_bins"], 2, 3) == 0.5
+    assert bench.rate_in_bins(slow["action_bins"], 2, 3) == pytest.approx(2 / 3)
+    assert bench.rate_in_bins(bins, 1, 2) is None  # no race ended there
+    # nine whole bins: the last three; under one whole bin, or a row without counts: None
+    assert bench.equal_actions_window([{"action_bins": [[0, 1]], "actions": 950_000}]) == (6, 9)
+    assert bench.equal_actions_window([row, {"action_bins": [[0, 1]], "actions": 90_000}]) is None
+    assert bench.equal_actions_window([row, {"action_bins": [], "actions": None}]) is None
+
+
 def test_bench_learning_outcome_autocorrelation_by_hand():
     """Lag-k autocorrelation of race outcomes: runs together > 0, alternating < 0."""
     bench = load_script("bench_learning")
