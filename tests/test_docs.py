@@ -129,23 +129,26 @@ def test_screen_table_by_hand():
     assert lines[3].startswith("| technical | 10 min | defaults | 1 | 20% | 20% | 9.0 min |")
 
 
+def pairs_row(run, overrides, rate, first, actions, ratio):
+    """A technical row of docs/bench_learning.json with the fields a pairs table reads."""
+    return {
+        "run_id": run + "0" * 24,
+        "map": "technical",
+        "option": "technical",
+        "minutes": 30.0,
+        "overrides": overrides,
+        "finish_rate": rate,
+        "first_finish_min": first,
+        "first_finish_actions": actions,
+        "median_ratio": ratio,
+    }
+
+
 def test_pairs_table_by_hand():
     """An arm beside its control by run id: seed by seed, then the medians of a map with two
     or more pairs; a run that never finished counts as its budget, a missing control is '-'."""
     docs = load_script("make_docs")
-
-    def row(run, overrides, rate, first, actions, ratio):
-        return {
-            "run_id": run + "0" * 24,
-            "map": "technical",
-            "option": "technical",
-            "minutes": 30.0,
-            "overrides": overrides,
-            "finish_rate": rate,
-            "first_finish_min": first,
-            "first_finish_actions": actions,
-            "median_ratio": ratio,
-        }
+    row = pairs_row
 
     saved = {
         "a": [row("aaaaaaa0", "x=1", 0.82, 5.0, 301_000, 1.111)],
@@ -179,15 +182,7 @@ def test_pairs_table_at_equal_actions_by_hand():
 
     def row(run, overrides, bins):
         return {
-            "run_id": run + "0" * 24,
-            "map": "technical",
-            "option": "technical",
-            "minutes": 30.0,
-            "overrides": overrides,
-            "finish_rate": 0.5,
-            "first_finish_min": 3.0,
-            "first_finish_actions": None,
-            "median_ratio": 1.1,
+            **pairs_row(run, overrides, 0.5, 3.0, None, 1.1),
             "action_bins": bins,
             "actions": 100_000 * len(bins) - 1,
         }
