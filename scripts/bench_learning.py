@@ -170,11 +170,13 @@ def action_bins(history: list[dict], size: int = ACTION_BIN) -> list[list[int]]:
     """[finished, ended] greedy races per bin of `size` actions collected, by the `frames`
     counter at each race's end: how a run learned per action, not per minute, so that runs
     on a machine whose speed swings compare at equal experience. [] without the counter."""
-    counted = [h for h in history if h.get("frames") is not None]
-    if not counted:
+    last = actions_collected(history)
+    if last is None:
         return []
-    bins = [[0, 0] for _ in range(max(h["frames"] for h in counted) // size + 1)]
-    for h in counted:
+    bins = [[0, 0] for _ in range(last // size + 1)]
+    for h in history:
+        if h.get("frames") is None:
+            continue
         b = bins[h["frames"] // size]
         b[0] += h["time_ms"] is not None
         b[1] += 1
@@ -182,14 +184,14 @@ def action_bins(history: list[dict], size: int = ACTION_BIN) -> list[list[int]]:
 
 
 def equal_actions_window(
-    rows: Sequence[dict], share: float = EQUAL_ACTIONS_SHARE, size: int = ACTION_BIN
+    rows: Sequence[dict], share: float = EQUAL_ACTIONS_SHARE
 ) -> tuple[int, int] | None:
     """The bins [lo, hi) every row reached: the last `share` (at least one bin) of the whole
-    bins of the row that collected the fewest actions. None when a row has no counts or
-    none has a whole bin."""
-    if not rows or any(not r.get("action_bins") or r.get("actions") is None for r in rows):
+    bins of the row that collected the fewest actions (a row's last bin is the partial one
+    its count stopped in). None when a row has no counts or none has a whole bin."""
+    if not rows or any(not r.get("action_bins") for r in rows):
         return None
-    hi = min(r["actions"] for r in rows) // size
+    hi = min(len(r["action_bins"]) for r in rows) - 1
     if hi < 1:
         return None
     return hi - max(1, round(share * hi)), hi

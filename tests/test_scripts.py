@@ -200,7 +200,8 @@ def test_bench_learning_equal_actions_by_hand():
     assert bench.rate_in_bins(slow["action_bins"], 2, 3) == pytest.approx(2 / 3)
     assert bench.rate_in_bins(bins, 1, 2) is None  # no race ended there
     # nine whole bins: the last three; under one whole bin, or a row without counts: None
-    assert bench.equal_actions_window([{"action_bins": [[0, 1]], "actions": 950_000}]) == (6, 9)
+    nine = {"action_bins": [[0, 1]] * 10, "actions": 950_000}  # 950k actions: ten bins
+    assert bench.equal_actions_window([nine]) == (6, 9)
     assert bench.equal_actions_window([row, {"action_bins": [[0, 1]], "actions": 90_000}]) is None
     assert bench.equal_actions_window([row, {"action_bins": [], "actions": None}]) is None
 
