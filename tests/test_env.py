@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -21,12 +22,14 @@ from trackmind.env.build import (
     renamed_float_group,
 )
 from trackmind.env.gym_env import RaceEnv, RaceVectorEnv
+from trackmind.env.obs_terms import zone_minima
 from trackmind.env.observations import FLOATS
 from trackmind.env.reward_terms import zone_distance_potential
 from trackmind.env.rewards import RewardNormalizer, build_reward_manager
 from trackmind.env.spaces import SpaceTransformer
 from trackmind.errors import ConfigError
 from trackmind.sim.driver import PurePursuitDriver
+from trackmind.sim.reference import flying_profile
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 NOTHING, ACCEL = 3, 0
@@ -405,6 +408,40 @@ def test_a_float_member_set_to_null_is_left_out():
     assert float_dim_of(obs) == 183
     assert layout["zone_centers"] == slice(62, 182)
     assert layout["freewheeling"] == slice(182, 183)
+
+
+def test_zone_minima_by_hand():
+    s = np.arange(0.0, 21.0, 2.0)
+    v = np.array([10, 9, 8, 5, 8, 10, 10, 10, 7, 10, 10], float)
+    got = zone_minima(np.array([-5.0, 5.0, 10.0, 20.0, 30.0]), s, v, 10.0)
+    # (-15,-5]: before the profile, its first value; (-5,5]: v(5) = (8 + 5) / 2 on the way
+    # down; (0,10]: the sample 5 at s=6; (10,20]: 7 at s=16; (20,30]: after it, its last value
+    np.testing.assert_allclose(got, [10.0, 6.5, 5.0, 7.0, 10.0])
+
+
+def test_limit_speeds_are_the_flying_profile_zone_by_zone():
+    """The opt-in input (+env.observation.terms.floats.group.limit_speeds={}): appended after
+    the 184 defaults; each value is the least limit speed up to that zone center."""
+    env = dict(SMALL)
+    env["observation"] = copy.deepcopy(env["observation"])
+    env["observation"]["terms"][FLOATS]["group"]["limit_speeds"] = {"params": {"n": 40}}
+    race = _race(n_cars=2, env=env, maps="starter")
+    obs, _ = race.reset()
+    layout = race.observation.term(FLOATS).layout()
+    assert layout["limit_speeds"] == slice(184, 224) and float_dim_of(race.observation) == 224
+    track = race.tracks[0]
+    _, zone_s = track.zone_centers(race.zone_spacing_m, race.zones_before_start, 45)
+    np.testing.assert_array_equal(race.zone_arclengths, zone_s)  # one table for both cars
+    per_zone = zone_minima(zone_s, *flying_profile(track, race.game.vehicle), 10.0)
+    for _ in range(30):
+        obs, *_ = race.step(np.array([ACCEL, ACCEL]))
+    for car in range(2):
+        k = np.minimum(race.car.zone_idx[car] + 1 + np.arange(40), len(zone_s) - 1)
+        np.testing.assert_allclose(obs[FLOATS][car, 184:224], per_zone[k], rtol=1e-6)
+    assert per_zone.min() < 0.6 * per_zone.max()  # starter's corners show
+    mirror = race.observation.term(FLOATS).mirror()
+    np.testing.assert_array_equal(mirror.perm[184:224], np.arange(184, 224))
+    np.testing.assert_array_equal(mirror.sign[184:224], 1)
 
 
 def test_make_vec_builds_the_batched_simulator_with_the_map_keyword():

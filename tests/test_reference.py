@@ -10,6 +10,7 @@ from trackmind.sim.game import SimGame
 from trackmind.sim.maps import builtin_map, builtin_names, line_from_recipe
 from trackmind.sim.reference import (
     compute_reference,
+    flying_profile,
     min_curvature_offsets,
     profile_time,
     reference_lap,
@@ -17,7 +18,7 @@ from trackmind.sim.reference import (
     velocity_profile,
 )
 from trackmind.sim.track import Track, curvature
-from trackmind.sim.vehicle import VehicleParams
+from trackmind.sim.vehicle import VehicleParams, top_speed
 
 
 def test_profile_on_a_straight_is_constant_acceleration():
@@ -68,6 +69,23 @@ def test_min_curvature_cuts_the_corner():
     assert offs[: apex - 20].min() < -3.0 and offs[apex + 20 :].min() < -3.0  # wide in, wide out
     assert np.all(np.abs(offs) <= 10.0 - 1.0 + 1e-6)  # walls minus the car's half-width
     assert offs[0] == pytest.approx(0.0, abs=1e-6)  # starts at the start line's centre
+
+
+def test_flying_profile_starts_at_top_speed_and_meets_the_standing_one_after_a_corner():
+    """The limit_speeds input: the reference line's limits without the standing start."""
+    p = VehicleParams()
+    t = builtin_map("starter")
+    lap = reference_lap(t, p)
+    s, v = flying_profile(t, p)
+    np.testing.assert_array_equal(s, lap.s)
+    assert lap.speed[0] == 0.0 and 0.9 * top_speed(p) < v[0] <= top_speed(p)  # flying start
+    assert np.all(v >= lap.speed - 1e-9) and v.max() <= top_speed(p) + 1e-9
+    # from the end of the first braking zone on, both are limited by the same corners
+    dv = np.diff(lap.speed)
+    first_brake = int(np.argmax(dv < 0))
+    apex = first_brake + int(np.argmax(dv[first_brake:] >= 0))
+    assert lap.speed[apex] < 0.8 * top_speed(p) and v[first_brake - 1] > lap.speed[first_brake - 1]
+    np.testing.assert_allclose(v[apex:], lap.speed[apex:])
 
 
 def test_reference_is_cached_and_given_times_win(tmp_path, monkeypatch):

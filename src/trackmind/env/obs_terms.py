@@ -291,6 +291,79 @@ class DistanceToFinish(VectorlikeTerm):
         return unchanged(self.size)
 
 
+@register_term("observation", "limit_speeds")
+class LimitSpeeds(VectorlikeTerm):
+    """Limit speed (m/s) of the road up to each of the next `n` zone centers.
+
+    The fastest the car may go there and still make every corner ahead: the reference line's
+    profile on a flying lap (sim/reference.flying_profile), with the game's car where it has
+    one (the simulator), the simulated car's figures otherwise. A narrow chicane 300 m ahead
+    moves the zone centers by a metre or two; here it is one low number. Opt-in: add
+    `+env.observation.terms.floats.group.limit_speeds={}` and `network.float_dim=null`.
+    """
+
+    def __init__(self, n: int = 40, normalize: bool = False) -> None:
+        super().__init__(normalize=normalize)
+        if int(n) < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        self.n = int(n)
+        self.size = self.n
+        self._per_track: dict[int, tuple[Any, np.ndarray]] = {}
+        self._table = np.zeros(0)
+        self._built_for: np.ndarray | None = None
+
+    def _vector(self, raw: Any) -> np.ndarray:
+        env = self.env
+        if self._built_for is not env.zone_table:
+            self._build(env)
+        k = raw.car.zone_idx[:, None] + 1 + np.arange(self.n)[None, :]
+        k = np.minimum(k, env.zone_counts[:, None] - 1)
+        return self._table[env.zone_offsets[:, None] + k].astype(np.float32)
+
+    def _build(self, env: Any) -> None:
+        """Lay each map's per-zone limits out like the race's zone table (same offsets)."""
+        from trackmind.sim.reference import flying_profile  # the QP's scipy, on first use
+
+        vehicle = getattr(env.game, "vehicle", None)
+        table = np.zeros(len(env.zone_table))
+        for c, track in enumerate(env.tracks):
+            cached = self._per_track.get(id(track))
+            off, count = int(env.zone_offsets[c]), int(env.zone_counts[c])
+            if cached is None:
+                zone_s = env.zone_arclengths[off : off + count]
+                s, v = flying_profile(track, vehicle)
+                cached = (track, zone_minima(zone_s, s, v, env.zone_spacing_m))
+                self._per_track[id(track)] = cached  # keeps track alive: its id stays unique
+            table[off : off + count] = cached[1]
+        self._table, self._built_for = table, env.zone_table
+
+    @property
+    def mean(self) -> np.ndarray:
+        return np.full(self.n, 40.0, np.float32)
+
+    @property
+    def std(self) -> np.ndarray:
+        return np.full(self.n, 20.0, np.float32)
+
+    def mirror(self) -> FloatMirror:
+        return unchanged(self.size)
+
+
+def zone_minima(zone_s: np.ndarray, s: np.ndarray, v: np.ndarray, spacing_m: float) -> np.ndarray:
+    """Per zone k, the least of the profile v(s) over (zone_s[k] - spacing_m, zone_s[k]].
+
+    The profile is linear between its samples, so the least is at a sample inside the window
+    or at one of its ends; beyond the profile's ends it holds its end values.
+    """
+    zone_s = np.asarray(zone_s, dtype=np.float64)
+    out = np.minimum(np.interp(zone_s - spacing_m, s, v), np.interp(zone_s, s, v))
+    lo = np.searchsorted(s, zone_s - spacing_m, side="right")
+    hi = np.searchsorted(s, zone_s, side="right")
+    for k in np.flatnonzero(hi > lo):
+        out[k] = min(out[k], float(v[lo[k] : hi[k]].min()))
+    return out
+
+
 @register_term("observation", "freewheeling")
 class Freewheeling(VectorlikeTerm):
     """1 when the last action did not press accelerate (the engine is not driving)."""

@@ -46,8 +46,9 @@ class VecRace:
         self.steps = np.zeros(b, np.int64)
         self.furthest_zone = np.zeros(b, np.int64)
         self.ms_since_new_zone = np.zeros(b, np.int64)
-        self._zone_cache: dict[int, tuple[Track, np.ndarray]] = {}
+        self._zone_cache: dict[int, tuple[Track, np.ndarray, np.ndarray]] = {}
         self._zones = np.zeros((0, 2))
+        self._zone_s = np.zeros(0)
         self._zone_off = np.zeros(b, np.int64)
         self._zone_n = np.zeros(b, np.int64)
         self.race_length_m = np.zeros(b)
@@ -147,6 +148,11 @@ class VecRace:
         return self._zones
 
     @property
+    def zone_arclengths(self) -> np.ndarray:
+        """Arclength along each map's line of every zone center in zone_table (Z,)."""
+        return self._zone_s
+
+    @property
     def zone_offsets(self) -> np.ndarray:
         return self._zone_off
 
@@ -162,21 +168,23 @@ class VecRace:
     def _refresh_maps(self, cars: np.ndarray) -> None:
         for c in cars:
             self.tracks[c] = self.game.track(int(c))
-        tables, offs = [], {}
+        tables, arclengths, offs = [], [], {}
         n = 0
         for t in self.tracks:
             if id(t) in offs:
                 continue
             cached = self._zone_cache.get(id(t))
             if cached is None:
-                z, _ = t.zone_centers(self.zone_spacing_m, self.zones_before_start, 45)
-                self._zone_cache[id(t)] = (t, z)  # keeps t alive so its id stays unique
+                z, zs = t.zone_centers(self.zone_spacing_m, self.zones_before_start, 45)
+                self._zone_cache[id(t)] = (t, z, zs)  # keeps t alive so its id stays unique
             else:
-                z = cached[1]
+                z, zs = cached[1:]
             offs[id(t)] = (n, len(z))
             tables.append(z)
+            arclengths.append(zs)
             n += len(z)
         self._zones = np.concatenate(tables)
+        self._zone_s = np.concatenate(arclengths)
         for c, t in enumerate(self.tracks):
             self._zone_off[c], self._zone_n[c] = offs[id(t)]
             self.race_length_m[c] = t.length_m

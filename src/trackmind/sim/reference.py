@@ -21,7 +21,7 @@ from scipy import sparse
 from scipy.sparse.linalg import spsolve
 
 from trackmind.sim.track import Track, curvature
-from trackmind.sim.vehicle import VehicleParams, drive_accel, resistance_accel
+from trackmind.sim.vehicle import VehicleParams, drive_accel, resistance_accel, top_speed
 
 REFERENCE_STEP_M = 2.0
 CACHE_VERSION = 1
@@ -153,7 +153,12 @@ def compute_reference(track: Track, vehicle: VehicleParams | None = None) -> Ref
     a = min_curvature_offsets(center, normals, -(wr - margin), wl - margin)
     line = center + a[:, None] * normals
     ds = np.linalg.norm(np.diff(line, axis=0), axis=1)
-    kappa = curvature(line)
+    v = _car_profile(line, p, 0.0, p.max_speed)
+    return ReferenceLap(s=s, line=line, speed=v, time_ms=1000.0 * profile_time(v, ds))
+
+
+def _car_profile(line: np.ndarray, p: VehicleParams, v_start: float, v_max: float) -> np.ndarray:
+    """velocity_profile along `line` with the car's grip, engine and brakes."""
 
     def accel(v: float) -> float:
         return float(drive_accel(v, p) - resistance_accel(v, p))
@@ -161,8 +166,21 @@ def compute_reference(track: Track, vehicle: VehicleParams | None = None) -> Ref
     def brake(v: float) -> float:
         return float(p.brake_decel + resistance_accel(v, p))
 
-    v = velocity_profile(kappa, ds, p.lateral_accel_max, accel, brake, 0.0, p.max_speed)
-    return ReferenceLap(s=s, line=line, speed=v, time_ms=1000.0 * profile_time(v, ds))
+    ds = np.linalg.norm(np.diff(line, axis=0), axis=1)
+    return velocity_profile(curvature(line), ds, p.lateral_accel_max, accel, brake, v_start, v_max)
+
+
+def flying_profile(track: Track, vehicle: VehicleParams | None = None) -> tuple[np.ndarray, ...]:
+    """(s, speed): the reference line's limit speeds as on a flying lap, from top speed.
+
+    The standing start is left out, so what remains is what the corners and the braking
+    before them allow: at each point, the fastest the car may go and still make every corner
+    ahead. The limit_speeds observation reads it.
+    """
+    p = vehicle or VehicleParams()
+    lap = reference_lap(track, p)
+    v_top = top_speed(p)
+    return lap.s, _car_profile(lap.line, p, v_top, v_top)
 
 
 def _cache_dir() -> Path:
