@@ -12,6 +12,8 @@ The float layout follows the Linesight network's inputs (see docs/env.md):
     [182]      distance_to_finish   metres along the reference line, capped at 700
     [183]      freewheeling         1 when the engine is not driven (no accelerate key)
 
+Opt-in, appended after them: limit_speeds (the next 40 zones' limit speeds, see the class).
+
 Features the simulator cannot give are constant and documented here: damper absorb (0: the
 sim has no suspension), gearbox state and gear change counter (0), contact material (every
 wheel on road, group 0), world-up in the car frame ((0, 0, 1): the sim is flat). The real
