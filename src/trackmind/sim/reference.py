@@ -170,7 +170,9 @@ def _car_profile(line: np.ndarray, p: VehicleParams, v_start: float, v_max: floa
     return velocity_profile(curvature(line), ds, p.lateral_accel_max, accel, brake, v_start, v_max)
 
 
-def flying_profile(track: Track, vehicle: VehicleParams | None = None) -> tuple[np.ndarray, ...]:
+def flying_profile(
+    track: Track, vehicle: VehicleParams | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """(s, speed): the reference line's limit speeds as on a flying lap, from top speed.
 
     The standing start is left out, so what remains is what the corners and the braking
