@@ -318,9 +318,7 @@ class LimitSpeeds(VectorlikeTerm):
         env = self.env
         if self._built_for is not env.zone_table:
             self._build(env)
-        k = raw.car.zone_idx[:, None] + 1 + np.arange(self.n)[None, :]
-        k = np.minimum(k, env.zone_counts[:, None] - 1)
-        return self._table[env.zone_offsets[:, None] + k].astype(np.float32)
+        return self._table[env.upcoming_zone_rows(self.n)].astype(np.float32)
 
     def _build(self, env: Any) -> None:
         """Lay each map's per-zone limits out like the race's zone table (same offsets)."""

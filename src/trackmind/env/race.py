@@ -138,9 +138,13 @@ class VecRace:
         start), so the center ahead is zone_idx + 1; past the finish the list runs on along
         the straight continuation and is clamped at its end.
         """
+        return self._zones[self.upcoming_zone_rows(n)]
+
+    def upcoming_zone_rows(self, n: int) -> np.ndarray:
+        """Rows of zone_table (B, n) of the `n` zone centers ahead of each car (see above)."""
         k = self.car.zone_idx[:, None] + 1 + np.arange(n)[None, :]
         k = np.minimum(k, self._zone_n[:, None] - 1)
-        return self._zones[self._zone_off[:, None] + k]
+        return self._zone_off[:, None] + k
 
     @property
     def zone_table(self) -> np.ndarray:
