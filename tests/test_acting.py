@@ -303,6 +303,66 @@ def test_evaluate_mirror_races_on_the_mirror_averaged_q(tmp_path, capsys):
     assert len([x for x in out.splitlines() if x.startswith("| starter |")]) == 1
 
 
+def test_ensemble_q_by_hand():
+    from trackmind.evaluation import ensemble_q
+
+    a = np.array([[1.0, 4.0], [0.0, -2.0]])
+    b = np.array([[3.0, 0.0], [2.0, 2.0]])
+    assert ensemble_q([a, b]).tolist() == [[2.0, 2.0], [1.0, 0.0]]
+    assert ensemble_q([a]).tolist() == a.tolist()
+
+
+def test_evaluate_races_several_checkpoints_as_one_ensemble(tmp_path, capsys, monkeypatch):
+    """scripts/evaluate.py A B: races on the mean Q of both networks; A twice races as A
+    alone; a checkpoint of another network config is one line naming it, exit 2."""
+    import copy
+    import json
+
+    import evaluate as script
+
+    import trackmind.evaluation as evaluation
+
+    plan = _plan()
+    _, _, net = build_collector_parts(plan.collectors, n_cars=1)
+    paths = []
+    for seed in (1, 2):
+        path = tmp_path / f"v{seed}.pt"
+        torch.save({"network": _weights(net, seed), "config": plan.cfg}, path)
+        paths.append(str(path))
+    members = []
+    real = evaluation.ensemble_q
+
+    def spy(qs):
+        members.append([q.copy() for q in qs])
+        return real(qs)
+
+    monkeypatch.setattr(evaluation, "ensemble_q", spy)
+    results = {}
+    for name, argv in (("a", paths[:1]), ("aa", [paths[0]] * 2), ("ab", paths)):
+        members.clear()
+        out = tmp_path / f"{name}.json"
+        assert script.main([*argv, "--maps", "starter", "--json", str(out)]) == 0
+        results[name] = (json.loads(out.read_text()), [len(m) for m in members], members[0])
+    assert results["a"][1] == [1] * len(results["a"][1])
+    assert results["aa"][0]["maps"] == results["a"][0]["maps"]  # the same policy
+    assert set(results["ab"][1]) == {2}  # every action of the race: both networks' Q
+    q_a, q_b = results["ab"][2]
+    assert np.array_equal(q_a, results["a"][2][0]) and not np.allclose(q_a, q_b)
+    assert results["ab"][0]["checkpoint"] == " ".join(paths)
+    capsys.readouterr()
+
+    other = copy.deepcopy(plan.cfg)
+    other["network"]["n_quantiles_inference"] += 1
+    odd = tmp_path / "odd.pt"
+    torch.save({"network": _weights(net, 3), "config": other}, odd)
+    assert script.main([paths[0], str(odd), "--maps", "starter"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"error: {odd}: its network config differs from {paths[0]}'s; an ensemble's "
+        "checkpoints must see the same observations through the same network"
+    ]
+
+
 def test_held_floats_by_hand():
     from trackmind.evaluation import held_floats
 

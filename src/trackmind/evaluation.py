@@ -44,6 +44,33 @@ def load_checkpoint(path: str) -> dict:
     return ckpt
 
 
+def load_ensemble(paths: list[str]) -> dict:
+    """Several checkpoints as one agent that acts on the mean of their Q values: the first
+    one's checkpoint, with every checkpoint's weights as `members`. They must share the
+    observations and the network (the env and network sections of their configs), as the
+    snapshots of one run or the runs of several seeds do; a ValueError names one that does
+    not. Why: one greedy race is one draw of a policy's mistakes, and the weight average of
+    snapshots minutes apart is not the average of their policies."""
+    ckpts = [load_checkpoint(p) for p in paths]
+    if len(ckpts) == 1:
+        return ckpts[0]
+    first = recorded_config(ckpts[0]["config"])
+    for path, ckpt in zip(paths[1:], ckpts[1:]):
+        cfg = recorded_config(ckpt["config"])
+        for section in ("env", "network"):
+            if getattr(cfg, section) != getattr(first, section):
+                raise ValueError(
+                    f"{path}: its {section} config differs from {paths[0]}'s; an ensemble's "
+                    "checkpoints must see the same observations through the same network"
+                )
+    return {**ckpts[0], "members": [ckpt["network"] for ckpt in ckpts]}
+
+
+def ensemble_q(qs: list[np.ndarray]) -> np.ndarray:
+    """The ensemble's Q values (cars, actions): the mean of its members' Q values."""
+    return np.mean(np.stack(qs), axis=0)
+
+
 def map_entries(names: list[str], conf_dir: Path) -> list[dict]:
     """Cycle entries for --maps: a conf/map option gives its cycle's entries (with their
     challenge files and reference times), any other name is a map of its own."""
@@ -78,6 +105,7 @@ def evaluate(
     `cvar` overrides the checkpoint's network.greedy_cvar (the greedy races' risk).
     `mirror` acts on the mean of the Q values of each observation and of its mirror image
     (agent/inference.py's observation_q), a policy that turns left and right alike.
+    A checkpoint of load_ensemble's acts on the mean Q of its members.
     `hold` maps float terms to a value the policy sees in their place all race long (an
     ablation: how the weights drive without what that input says; see held_floats).
     With `plot_dir`, the best race of each map is drawn there (trajectory coloured by speed)
@@ -119,15 +147,16 @@ def evaluate(
     return rows
 
 
-def checkpoint_network(race, cfg, ckpt: dict):
+def checkpoint_network(race, cfg, ckpt: dict, weights: dict | None = None):
     """(the checkpoint's network in eval mode, its NetworkConfig), built as it was trained
-    for this race's observations; ValueError when the weights are of another architecture."""
+    for this race's observations, with `weights` (default: the checkpoint's); ValueError
+    when the weights are of another architecture."""
     stats = race.observation.term(FLOATS)
     frame_shape = race.frame_shape if race.frame_shape[0] else None
     network = network_config(cfg.network, stats.size, frame_shape)  # as it was trained
     net = build_network(network, stats.size, frame_shape, stats.mean, stats.std)
     try:
-        net.load_state_dict(ckpt["network"])
+        net.load_state_dict(ckpt["network"] if weights is None else weights)
     except RuntimeError as e:  # weights of another architecture than its config
         first = str(e).splitlines()[1].strip() if "\n" in str(e) else str(e)
         raise ValueError(f"checkpoint network does not match its config: {first}") from None
@@ -196,15 +225,16 @@ def _evaluate_map(
     """`races` greedy races on one map, with the trace, plot and GIF asked for; its row."""
 
     net, network = checkpoint_network(race, cfg, ckpt)
+    nets = [checkpoint_network(race, cfg, ckpt, w)[0] for w in ckpt.get("members", [])] or [net]
     gen = torch.Generator().manual_seed(0)
     k = network.n_quantiles_inference
     cvar = network.greedy_cvar if cvar is None else float(cvar)
     twin = race.observation.float_mirror(FLOATS) if mirror else None
 
-    def policy(obs, greedy, net=net, gen=gen, k=k):
+    def policy(obs, greedy, gen=gen, k=k):
         if columns:
             obs = {**obs, FLOATS: held_floats(obs[FLOATS], columns)}
-        q = observation_q(net, obs, k, gen, midpoint, cvar, twin)
+        q = ensemble_q([observation_q(n, obs, k, gen, midpoint, cvar, twin) for n in nets])
         return q.argmax(axis=1), q, np.ones(len(q), bool)
 
     gim = GameInstanceManager(race, cycle)

@@ -9,6 +9,7 @@
     python scripts/evaluate.py agent.pt --maps circuits/*.csv --json zero_shot.json
     python scripts/evaluate.py agent.pt --maps circuits/*.csv --mirror     # Q and its mirror's
     python scripts/evaluate.py agent.pt --hold distance_to_finish=700      # without that input
+    python scripts/evaluate.py run/validation/step_*.pt --mirror           # one ensemble
 
 The checkpoint carries the config it was trained with (network, env, reward), so the same
 observations are built, in the same game: the sim, or the real game for an agent trained
@@ -19,7 +20,9 @@ the quantile midpoints as taus, as training's greedy races do, so in the sim a r
 on the weights alone: best.pt repeats the race it was kept for (its time is printed beside),
 and more races only differ in the real game or with `--taus random`. A bad checkpoint is one
 line and exit status 2; maps that cannot be loaded are skipped, the others raced, and each
-bad map ends the output with one line (exit status 2).
+bad map ends the output with one line (exit status 2). Several checkpoints race as one
+ensemble, which acts on the mean of their Q values (the snapshots of a run, or runs of
+several seeds).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from pathlib import Path
 
 from trackmind.cli import OneLineParser, int_at_least, name_equals_number, share
 from trackmind.defaults import conf_path
-from trackmind.evaluation import evaluate, load_checkpoint, map_entries
+from trackmind.evaluation import evaluate, load_ensemble, map_entries
 from trackmind.tmi.connection import GameUnavailable
 
 MAP_CONF = conf_path() / "map"
@@ -38,7 +41,9 @@ MAP_CONF = conf_path() / "map"
 
 def main(argv: list[str] | None = None) -> int:
     ap = OneLineParser(description=__doc__)
-    ap.add_argument("checkpoint")
+    ap.add_argument(
+        "checkpoint", nargs="+", help="a checkpoint; several race as one ensemble (mean Q)"
+    )
     ap.add_argument(
         "--maps",
         nargs="+",
@@ -80,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=None, help="also write the rows to this file")
     args = ap.parse_args(argv)
     try:
-        ckpt = load_checkpoint(args.checkpoint)
+        ckpt = load_ensemble(args.checkpoint)
         if args.maps:
             maps = map_entries(args.maps, MAP_CONF)
         else:  # the training cycle, with its challenge files and reference times
@@ -113,8 +118,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{ratio} | {r['progress']:.0%} | {', '.join(r['end'])} |"
         )
     if args.json:
-        write_rows(args.json, args.checkpoint, rows, failed)
-    kept = ckpt.get("race")
+        write_rows(args.json, " ".join(args.checkpoint), rows, failed)
+    kept = ckpt.get("race") if len(args.checkpoint) == 1 else None  # not an ensemble's
     if isinstance(kept, dict) and kept.get("race_time_ms"):  # best.pt: the race it was kept for
         exact = "" if kept.get("exact", True) else "; later weights, that version was gone"
         print(
