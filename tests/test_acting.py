@@ -349,7 +349,19 @@ def test_evaluate_races_several_checkpoints_as_one_ensemble(tmp_path, capsys, mo
     q_a, q_b = results["ab"][2]
     assert np.array_equal(q_a, results["a"][2][0]) and not np.allclose(q_a, q_b)
     assert results["ab"][0]["checkpoint"] == " ".join(paths)
+    # an ensemble.pt (what a run with validation.average writes) races as its members do
+    both = [torch.load(p, weights_only=True)["network"] for p in paths]
+    kept = tmp_path / "ensemble.pt"
+    torch.save({"network": both[1], "members": both, "config": plan.cfg}, kept)
+    out = tmp_path / "kept.json"
+    assert script.main([str(kept), "--maps", "starter", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["maps"] == results["ab"][0]["maps"]
+    torch.save({"network": both[1], "members": both[0], "config": plan.cfg}, kept)
     capsys.readouterr()
+    assert script.main([str(kept), "--maps", "starter"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: {kept}: not a trackmind checkpoint (members is not a list of weights)"
+    )
 
     other = copy.deepcopy(plan.cfg)
     other["network"]["n_quantiles_inference"] += 1

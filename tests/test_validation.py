@@ -218,6 +218,11 @@ def test_averaged_pt_is_the_mean_of_the_last_validations_and_survives_a_resume(t
     assert logger.logged[-1]["validation/finished"] == 0.0  # the snapshot's own race
     assert logger.logged[-1]["validation/averaged_finished"] == 1.0
     assert cb.history[-1]["validation/averaged_progress"] == 1.0
+    # ensemble.pt: the same window's weights themselves, not raced (one race more only)
+    kept = torch.load(tmp_path / "ensemble.pt", weights_only=True)
+    assert [m["weight"][0, 0].item() for m in kept["members"]] == [10.0, 20.0, 40.0]
+    assert kept["network"]["weight"][0, 0].item() == 40.0 and kept["ensemble"] == [10, 20, 40]
+    assert kept["config"] == {"seed": 1} and len(races.raced) == 4
     # a resumed run averages the same window: 20, 40 and its own 60
     again = ValidationCallback(races, 60.0, tmp_path / "validated.pt", {}, network, average=3)
     again.load_state_dict(cb.state_dict())
@@ -238,6 +243,7 @@ def test_average_is_checked_and_off_by_default(tmp_path):
             SimpleNamespace(acting=torch.nn.Linear(2, 1)),
         )
     assert not (tmp_path / "averaged.pt").exists() and not races.results  # one race each
+    assert not (tmp_path / "ensemble.pt").exists()
     assert "validation/averaged_finished" not in cb.history[-1]
 
 

@@ -41,12 +41,20 @@ def load_checkpoint(path: str) -> dict:
         ckpt = {"network": net, "config": ckpt["trackmind"]["config"]}
     if not isinstance(ckpt, dict) or "network" not in ckpt or "config" not in ckpt:
         raise ValueError(f"{path}: not a trackmind checkpoint (no network/config)")
+    members = ckpt.get("members", [ckpt["network"]])
+    if (
+        not isinstance(members, list)
+        or not members
+        or not all(isinstance(m, dict) for m in members)
+    ):
+        raise ValueError(f"{path}: not a trackmind checkpoint (members is not a list of weights)")
     return ckpt
 
 
 def load_ensemble(paths: list[str]) -> dict:
     """Several checkpoints as one agent that acts on the mean of their Q values: the first
-    one's checkpoint, with every checkpoint's weights as `members`. They must share the
+    one's checkpoint, with every checkpoint's weights as `members` (an ensemble.pt's own
+    members each). They must share the
     observations and the network (the env and network sections of their configs), as the
     snapshots of one run or the runs of several seeds do; a ValueError names one that does
     not. Why: one greedy race is one draw of a policy's mistakes, and the weight average of
@@ -63,7 +71,8 @@ def load_ensemble(paths: list[str]) -> dict:
                     f"{path}: its {section} config differs from {paths[0]}'s; an ensemble's "
                     "checkpoints must see the same observations through the same network"
                 )
-    return {**ckpts[0], "members": [ckpt["network"] for ckpt in ckpts]}
+    members = [w for ckpt in ckpts for w in ckpt.get("members", [ckpt["network"]])]
+    return {**ckpts[0], "members": members}
 
 
 def ensemble_q(qs: list[np.ndarray]) -> np.ndarray:

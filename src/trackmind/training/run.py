@@ -448,8 +448,10 @@ def run_files(summary: Path, agent: Path) -> list[Path]:
     """What a run logs as MLflow artifacts at its end: summary.json, agent.pt (the final
     weights), best.pt (the weights of its best greedy race, the objective's) if a greedy
     race finished, validated.pt (the best on the validation maps) if it has some, and
-    averaged.pt (the mean of the last validations' weights) with `validation.average`."""
-    kept = [agent.parent / n for n in ("best.pt", "validated.pt", "averaged.pt")]
+    averaged.pt and ensemble.pt (the mean of the last validations' weights, and those weights
+    as one ensemble) with `validation.average`."""
+    names = ("best.pt", "validated.pt", "averaged.pt", "ensemble.pt")
+    kept = [agent.parent / n for n in names]
     return [summary, agent, *(p for p in kept if p.is_file())]
 
 

@@ -211,6 +211,10 @@ class ValidationCallback(L.Callback):
     def averaged_path(self) -> Path:
         return self.path.with_name("averaged.pt")
 
+    @property
+    def ensemble_path(self) -> Path:
+        return self.path.with_name("ensemble.pt")
+
     def state_dict(self) -> dict:
         """The best score so far and the averaging window travel in checkpoints: a resumed
         run replaces validated.pt only with better weights, and averages the same snapshots
@@ -263,7 +267,10 @@ class ValidationCallback(L.Callback):
 
     def keep_average(self, minute: float, step: int) -> dict[str, float]:
         """Race the mean weights of the window and write them as averaged.pt (every time the
-        window is full, so a stopped run keeps the latest); their metrics."""
+        window is full, so a stopped run keeps the latest); their metrics. The window's
+        weights themselves are written as ensemble.pt, one agent that acts on the mean of
+        their Q values (evaluation.load_ensemble), not raced here: it costs a forward pass
+        per snapshot."""
         from trackmind.agent.weight_average import average_state_dicts
 
         weights = average_state_dicts([w for _, w in self.window])
@@ -273,6 +280,11 @@ class ValidationCallback(L.Callback):
         torch.save(
             {"network": weights, "config": self.cfg, "validation": record, "averaged": steps},
             self.averaged_path,
+        )
+        members = [w for _, w in self.window]
+        torch.save(
+            {"network": members[-1], "members": members, "config": self.cfg, "ensemble": steps},
+            self.ensemble_path,
         )
         log.info(
             "averaged weights of steps %d-%d: %d of %d maps finished",
