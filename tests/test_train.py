@@ -112,7 +112,10 @@ def test_smoke_run_learns_syncs_weights_and_records_races(tmp_path):
     # the last two steps validated: the end of fit may validate the last timed step again,
     # which counts once
     assert averaged["averaged"] == sorted({r["step"] for r in rows})[-2:]
-    assert "averaged.pt" in {a.path for a in client.list_artifacts(run.info.run_id)}
+    ensemble = torch.load(tmp_path / "run" / "ensemble.pt", weights_only=True)
+    assert ensemble["ensemble"] == averaged["averaged"] and len(ensemble["members"]) == 2
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"averaged.pt", "ensemble.pt"} <= artifacts
     # the final network evaluates greedily on a procedural map it never saw
     ckpt = tmp_path / "run" / "agent.pt"
     res = subprocess.run(
