@@ -54,11 +54,11 @@ def load_checkpoint(path: str) -> dict:
 def load_ensemble(paths: list[str]) -> dict:
     """Several checkpoints as one agent that acts on the mean of their Q values: the first
     one's checkpoint, with every checkpoint's weights as `members` (an ensemble.pt's own
-    members each). They must share the
-    observations and the network (the env and network sections of their configs), as the
-    snapshots of one run or the runs of several seeds do; a ValueError names one that does
-    not. Why: one greedy race is one draw of a policy's mistakes, and the weight average of
-    snapshots minutes apart is not the average of their policies."""
+    members each). They must share the observations and the network (the env and network
+    sections of their configs), as the snapshots of one run or the runs of several seeds
+    do; a ValueError names one that does not. Why: one greedy race is one draw of a
+    policy's mistakes, and the weight average of snapshots minutes apart is not the average
+    of their policies."""
     ckpts = [load_checkpoint(p) for p in paths]
     if len(ckpts) == 1:
         return ckpts[0]
