@@ -41,7 +41,7 @@ def load_checkpoint(path: str) -> dict:
         ckpt = {"network": net, "config": ckpt["trackmind"]["config"]}
     if not isinstance(ckpt, dict) or "network" not in ckpt or "config" not in ckpt:
         raise ValueError(f"{path}: not a trackmind checkpoint (no network/config)")
-    members = ckpt.get("members", [ckpt["network"]])
+    members = ensemble_members(ckpt)
     if (
         not isinstance(members, list)
         or not members
@@ -49,6 +49,11 @@ def load_checkpoint(path: str) -> dict:
     ):
         raise ValueError(f"{path}: not a trackmind checkpoint (members is not a list of weights)")
     return ckpt
+
+
+def ensemble_members(ckpt: dict) -> list:
+    """The weights a checkpoint races with: an ensemble's members, or its one network."""
+    return ckpt.get("members", [ckpt["network"]])
 
 
 def load_ensemble(paths: list[str]) -> dict:
@@ -71,7 +76,7 @@ def load_ensemble(paths: list[str]) -> dict:
                     f"{path}: its {section} config differs from {paths[0]}'s; an ensemble's "
                     "checkpoints must see the same observations through the same network"
                 )
-    members = [w for ckpt in ckpts for w in ckpt.get("members", [ckpt["network"]])]
+    members = [w for ckpt in ckpts for w in ensemble_members(ckpt)]
     return {**ckpts[0], "members": members}
 
 
@@ -233,8 +238,8 @@ def _evaluate_map(
 ) -> dict:
     """`races` greedy races on one map, with the trace, plot and GIF asked for; its row."""
 
-    net, network = checkpoint_network(race, cfg, ckpt)
-    nets = [checkpoint_network(race, cfg, ckpt, w)[0] for w in ckpt.get("members", [])] or [net]
+    built = [checkpoint_network(race, cfg, ckpt, w) for w in ensemble_members(ckpt)]
+    nets, network = [net for net, _ in built], built[0][1]
     gen = torch.Generator().manual_seed(0)
     k = network.n_quantiles_inference
     cvar = network.greedy_cvar if cvar is None else float(cvar)
