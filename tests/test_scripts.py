@@ -494,3 +494,53 @@ def test_wall_contacts_keeps_the_hits_that_braked_the_car():
     # drops 1.5, 28.7, 10.0 and -1.0 m/s: 10 or more are the hits
     assert walls.hard_hits(contacts, 10.0) == [(250, 49.5, 20.8), (400, 30.0, 20.0)]
     assert walls.hard_hits(contacts, 30.0) == []
+
+
+def test_snapshot_ensembles_windows_and_table_by_hand(tmp_path):
+    se = load_script("snapshot_ensembles")
+    assert se.window(4, 1, 1) == [4]
+    assert se.window(4, 3, 1) == [2, 3, 4]
+    assert se.window(8, 5, 2) == [0, 2, 4, 6, 8]
+    assert se.window(7, 5, 2) is None and se.window(1, 3, 1) is None
+    rows = [
+        {"single": {"finished": True, "ratio": 1.2, "progress": 1.0}},
+        {
+            "single": {"finished": False, "ratio": None, "progress": 0.4},
+            "ens3": {"finished": True, "ratio": 1.1, "progress": 1.0},
+        },
+        {
+            "single": {"finished": True, "ratio": 1.0, "progress": 1.0},
+            "ens3": {"finished": True, "ratio": 1.3, "progress": 1.0},
+        },
+    ]
+    assert se.arm_figures(rows, "single") == {
+        "races": 3,
+        "finished": 2,
+        "median_ratio": 1.1,
+        "median_progress": 1.0,
+    }
+    assert se.arm_figures(rows, "ens3")["median_ratio"] == pytest.approx(1.2)
+    assert se.arm_figures(rows, "avg5") is None
+    history = [
+        {"wall_s": 10, "time_ms": 5},
+        {"wall_s": 30, "time_ms": None},
+        {"wall_s": 40, "time_ms": 7},
+    ]
+    assert se.training_rate(history, 20) == (1, 2)
+    f = tmp_path / "a.json"
+    f.write_text(
+        json.dumps(
+            {
+                "label": "seed 0",
+                "run_id": "abcdef123",
+                "from_minute": 20,
+                "training": [1, 2],
+                "rows": rows,
+            }
+        )
+    )
+    t = se.table([str(f), str(f)])
+    assert t["columns"][2] == "alone" and t["columns"][-1] == "training's greedy races"
+    assert t["rows"][0][0] == "seed 0 (`abcdef12`)" and t["rows"][0][2] == "2 of 3 (67%), 1.100"
+    assert t["rows"][0][3] == "2 of 2 (100%), 1.200" and t["rows"][0][4] == "-"
+    assert t["rows"][-1][2] == "**4 of 6 (67%)**" and t["rows"][-1][-1] == "**2 of 4 (50%)**"
