@@ -24,32 +24,25 @@ and of the machine's speed. `--table` sums several runs' files into a docs table
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
 from pathlib import Path
 
+import bench_learning
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 # name -> (how the window acts: "ensemble" (mean Q) or "average" (mean weights), members,
-# snapshots between two members)
-ARMS: dict[str, tuple[str, int, int]] = {
-    "single": ("ensemble", 1, 1),
-    "ens3": ("ensemble", 3, 1),
-    "avg3": ("average", 3, 1),
-    "ens5": ("ensemble", 5, 1),
-    "avg5": ("average", 5, 1),
-    "ens5s2": ("ensemble", 5, 2),
-}
-LABELS = {
-    "single": "alone",
-    "ens3": "last 3, ensemble",
-    "avg3": "last 3, averaged",
-    "ens5": "last 5, ensemble",
-    "avg5": "last 5, averaged",
-    "ens5s2": "5 of the last 9, ensemble",
+# snapshots between two members, the column's name in the table)
+ARMS: dict[str, tuple[str, int, int, str]] = {
+    "single": ("ensemble", 1, 1, "alone"),
+    "ens3": ("ensemble", 3, 1, "last 3, ensemble"),
+    "avg3": ("average", 3, 1, "last 3, averaged"),
+    "ens5": ("ensemble", 5, 1, "last 5, ensemble"),
+    "avg5": ("average", 5, 1, "last 5, averaged"),
+    "ens5s2": ("ensemble", 5, 2, "5 of the last 9, ensemble"),
 }
 
 
@@ -79,8 +72,8 @@ def arm_figures(rows: list[dict], arm: str) -> dict | None:
 
 def training_rate(history: list[dict], from_s: float) -> tuple[int, int]:
     """(finished, races) of a run's own greedy races that ended from `from_s` on."""
-    late = [h for h in history if h["wall_s"] >= from_s]
-    return sum(h["time_ms"] is not None for h in late), len(late)
+    outcomes = bench_learning.late_outcomes(history, from_s)
+    return sum(outcomes), len(outcomes)
 
 
 def cell(f: dict | None) -> str:
@@ -92,7 +85,12 @@ def cell(f: dict | None) -> str:
 
 def table(files: list[str]) -> dict:
     """The docs table of several runs' result files: one row per run, then the sums."""
-    columns = ["run", "snapshots", *(LABELS[a] for a in ARMS), "training's greedy races"]
+    columns = [
+        "run",
+        "snapshots",
+        *(label for *_, label in ARMS.values()),
+        "training's greedy races",
+    ]
     rows, totals = [], {a: [0, 0] for a in ARMS}
     train_total = [0, 0]
     for f in files:
@@ -129,12 +127,22 @@ def race(ckpt: dict, map_name: str) -> dict:
 
 
 def measure(run: Path, map_name: str, from_minute: float, label: str) -> dict:
+    """Every arm's races from `from_minute` on; ValueError (one line) for a run without
+    snapshots or summary.json, a snapshot that does not load or a map that does not,
+    before the first race."""
     from trackmind.agent.weight_average import average_state_dicts
+    from trackmind.env.map_cycle import loadable_cycle
     from trackmind.evaluation import load_checkpoint
 
     paths = sorted((run / "validation").glob("step_*.pt"))
     if not paths:
-        raise SystemExit(f"error: {run}/validation: no snapshots (validation.snapshots=true)")
+        raise ValueError(f"{run}/validation: no snapshots (train with validation.snapshots=true)")
+    if not (run / "summary.json").is_file():
+        raise ValueError(f"{run}: no summary.json (not a finished training run)")
+    summary = json.loads((run / "summary.json").read_text())
+    failed = loadable_cycle([map_name])[1]
+    if failed:
+        raise ValueError(f"--map {failed[0][0]}: {failed[0][1]}")
     ckpts = [load_checkpoint(str(p)) for p in paths]
     rows = []
     for i, (path, ckpt) in enumerate(zip(paths, ckpts)):
@@ -142,7 +150,7 @@ def measure(run: Path, map_name: str, from_minute: float, label: str) -> dict:
         if minute < from_minute:
             continue
         row = {"snapshot": path.name, "minute": minute, "step": ckpt["validation"]["step"]}
-        for arm, (kind, members, spacing) in ARMS.items():
+        for arm, (kind, members, spacing, _) in ARMS.items():
             idx = window(i, members, spacing)
             if idx is None:
                 continue
@@ -158,7 +166,6 @@ def measure(run: Path, map_name: str, from_minute: float, label: str) -> dict:
             ),
             flush=True,
         )
-    summary = json.loads((run / "summary.json").read_text())
     return {
         "label": label,
         "map": map_name,
@@ -169,8 +176,10 @@ def measure(run: Path, map_name: str, from_minute: float, label: str) -> dict:
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> int:
+    from trackmind.cli import OneLineParser
+
+    ap = OneLineParser(description=__doc__.splitlines()[0])
     ap.add_argument("run", nargs="?", help="a run's output dir (with validation/step_*.pt)")
     ap.add_argument("--map", default="technical", help="the map every snapshot races")
     ap.add_argument("--from-minute", type=float, default=20.0, help="first snapshot raced")
@@ -178,19 +187,25 @@ def main() -> None:
     ap.add_argument("--out", help="the run's result file (JSON)")
     ap.add_argument("--table", metavar="OUT", help="write the docs table of the files to OUT")
     ap.add_argument("files", nargs="*", help="with --table: the runs' result files")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.table:
         files = ([args.run] if args.run else []) + args.files
         Path(args.table).write_text(json.dumps(table(files), indent=1) + "\n")
         print(f"wrote {args.table}")
-        return
+        return 0
     if not args.run or not args.out:
-        raise SystemExit("error: give a run's output dir and --out (or --table OUT FILES)")
-    result = measure(Path(args.run), args.map, args.from_minute, args.label or Path(args.run).name)
+        ap.error("give a run's output dir and --out (or --table OUT FILES)")
+    try:
+        result = measure(
+            Path(args.run), args.map, args.from_minute, args.label or Path(args.run).name
+        )
+    except ValueError as e:
+        ap.error(str(e))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {args.out}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -123,6 +123,9 @@ SCRIPTS = [  # (id, script, argv, what the line must name)
     ("screenshot-runs", "mlflow_ui_screenshot", ["--runs", "a"], "--runs"),
     ("min-deps-extras", "min_deps", ["--extras", "nope"], "no extra 'nope'"),
     ("min-deps-flag", "min_deps", ["--dev"], "unrecognized arguments: --dev"),
+    ("snapshots-run", "snapshot_ensembles", ["nowhere", "--out", "x.json"],
+     "nowhere/validation: no snapshots"),
+    ("snapshots-out", "snapshot_ensembles", ["nowhere"], "give a run's output dir and --out"),
     ("sb3-map", "train_sb3", ["--map", "nope", "--minutes", "1"], "unknown map name 'nope'"),
 ]  # fmt: skip
 if not torch.cuda.is_available():  # a CPU machine: asking for the GPU is a config error
