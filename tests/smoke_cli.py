@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,3 +39,13 @@ def resume_args(tmp: Path, target: str, *extra: str) -> list[str]:
 def unbuffered_env() -> dict:
     """The environment with unbuffered output, so a killed run's last lines are kept."""
     return {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+
+def wait_for_log(proc: subprocess.Popen, log: Path, text: str, timeout_s: float = 90) -> None:
+    """Block until the run's `log` file holds `text`: the run's own word that a stage was
+    reached, rather than a fixed sleep that a busy machine can outlast."""
+    deadline = time.monotonic() + timeout_s
+    while text not in (log.read_text() if log.is_file() else ""):
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, f"{log.name} never said {text!r}"
+        time.sleep(0.2)

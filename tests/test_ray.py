@@ -23,6 +23,7 @@ import numpy as np
 import psutil
 import pytest
 from hydra import compose, initialize_config_dir
+from smoke_cli import wait_for_log
 from specs import ray_collector
 
 from trackmind.collectors.fleet.fragment import SampleFragment, check_fragment, is_stale
@@ -488,11 +489,9 @@ def test_ray_training_run_restarts_a_killed_worker(tmp_path, local_ray):
         assert victim is not None, "no RolloutWorkerWrapper process appeared"
         # killed once its transitions fill the buffer (the run's log says learning starts), not
         # after a fixed sleep: on a busy machine the worker can take longer to race
-        log = tmp_path / "run" / "train.log"
-        while "learning starts" not in (log.read_text() if log.is_file() else ""):
-            assert proc.poll() is None, proc.communicate()[1][-3000:]
-            assert time.monotonic() < deadline, "the buffer never filled"
-            time.sleep(0.2)
+        wait_for_log(
+            proc, tmp_path / "run" / "train.log", "learning starts", deadline - time.monotonic()
+        )
         os.kill(victim.pid, signal.SIGKILL)
         out, err = proc.communicate(timeout=150)
     finally:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
-from smoke_cli import resume_args, smoke_args, unbuffered_env
+from smoke_cli import resume_args, smoke_args, unbuffered_env, wait_for_log
 
 from trackmind.errors import ConfigError
 from trackmind.training.datamodule import replay_ratio_allows
@@ -186,7 +186,9 @@ def test_killed_collector_is_restarted_and_buffer_kept(tmp_path):
     )
     try:
         victim = _wait_for_collector(proc)
-        time.sleep(6)  # let it fill the buffer
+        # killed once its transitions fill the buffer (the run's log says learning starts), not
+        # after a fixed sleep: on a busy machine the collector can take longer to race
+        wait_for_log(proc, tmp_path / "run" / "train.log", "learning starts")
         os.kill(victim, signal.SIGKILL)
         out, err = proc.communicate(timeout=120)
     finally:
