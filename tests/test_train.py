@@ -56,15 +56,20 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def _wait_for_collector(proc: subprocess.Popen, timeout_s: float = 60) -> int:
+def _wait_for_collectors(proc: subprocess.Popen, n: int = 1, timeout_s: float = 60) -> list[int]:
+    """The run's first `n` collector processes, once that many are up."""
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout_s:
         kids = _collectors(proc.pid)
-        if kids:
-            return kids[0]
+        if len(kids) >= n:
+            return kids
         assert proc.poll() is None, proc.communicate()[1][-3000:]
         time.sleep(0.2)
-    raise AssertionError("no collector process appeared")
+    raise AssertionError(f"fewer than {n} collector processes appeared")
+
+
+def _wait_for_collector(proc: subprocess.Popen, timeout_s: float = 60) -> int:
+    return _wait_for_collectors(proc, 1, timeout_s)[0]
 
 
 def test_smoke_run_learns_syncs_weights_and_records_races(tmp_path):
@@ -221,9 +226,7 @@ def test_ctrl_c_leaves_no_child_process(tmp_path):
         preexec_fn=_ctrl_c_reaches_it,
     )
     try:
-        _wait_for_collector(proc)
-        time.sleep(5)
-        kids = _collectors(proc.pid)
+        kids = _wait_for_collectors(proc, 2)  # both up, not a fixed sleep
         assert len(kids) == 2
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=60)
