@@ -57,7 +57,7 @@ def _alive(pid: int) -> bool:
 
 
 def _wait_for_collectors(proc: subprocess.Popen, n: int = 1, timeout_s: float = 60) -> list[int]:
-    """The run's first `n` collector processes, once that many are up."""
+    """The run's collector processes, once at least `n` are up."""
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout_s:
         kids = _collectors(proc.pid)
