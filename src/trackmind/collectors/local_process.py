@@ -92,7 +92,12 @@ def _run(
 ) -> None:
     from trackmind.agent.device import resolve_device
     from trackmind.agent.inference import make_inference_network
-    from trackmind.collectors.parts import build_collector_parts, make_policy, make_start_bank
+    from trackmind.collectors.parts import (
+        build_collector_parts,
+        make_demonstrator,
+        make_policy,
+        make_start_bank,
+    )
     from trackmind.env.rollout import GameInstanceManager
 
     col = spec.collector
@@ -108,10 +113,15 @@ def _run(
         version = pull_weights(shared, net, -1)
         infer = make_inference_network(net, spec.network.compile)
         weights = AgentWeights(shared, infer.net, version, col.refresh_every_actions)
-    acting = make_policy(
-        spec, infer, race.n_cars, seed, frames=lambda: shared.frames.value, remote=remote
+
+    def frames() -> int:
+        return shared.frames.value
+
+    acting = make_policy(spec, infer, race.n_cars, seed, frames=frames, remote=remote)
+    starts = make_start_bank(spec, seed)
+    gim = GameInstanceManager(
+        race, cycle, starts=starts, demos=make_demonstrator(spec, race, seed, frames)
     )
-    gim = GameInstanceManager(race, cycle, starts=make_start_bank(spec, seed))
 
     def policy(obs: dict[str, Any], greedy: np.ndarray):
         return acting.act(obs, greedy, gim.started, weights.tick())

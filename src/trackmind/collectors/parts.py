@@ -14,6 +14,7 @@ from trackmind.agent.network_config import build_network
 from trackmind.env.build import float_dim_of, frame_shape_of, make_race
 from trackmind.env.map_cycle import MapCycle
 from trackmind.env.observations import FLOATS
+from trackmind.game.demos import Demonstrator
 from trackmind.game.starts import StartBank
 
 if TYPE_CHECKING:
@@ -78,3 +79,13 @@ def make_policy(
 def make_start_bank(spec: CollectorSpec, seed: int) -> StartBank | None:
     """A collector's bank of mid-track start states (None when exploration.starts is off)."""
     return StartBank(spec.starts, seed) if spec.starts.share > 0 else None
+
+
+def make_demonstrator(
+    spec: CollectorSpec, race: VecRace, seed: int, frames: Callable[[], int]
+) -> Demonstrator | None:
+    """A collector's scripted driver for demonstration races (None when exploration.demos is
+    off); it drives the sim's car with the sim's own vehicle parameters."""
+    if not spec.demos.enabled:
+        return None
+    return Demonstrator(spec.demos, race.n_cars, seed, frames, race.game.vehicle)

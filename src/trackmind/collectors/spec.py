@@ -1,7 +1,8 @@
 """What a collector is built from: the collector group's schema and the run's CollectorSpec.
 
 `plan_run` checks every group once and puts what collectors need into one CollectorSpec:
-typed groups (the collector's keys, the network, the exploration policy, mid-track starts)
+typed groups (the collector's keys, the network, the exploration policy, mid-track starts,
+demonstration races)
 and the map cycle with its maps already loaded. The spec is pickled as it is to each local
 collector process, the inference server and each Ray worker, so a collector reads typed
 attributes and never a config dict. The env and reward groups stay mappings of terms built
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from trackmind.agent.exploration import Exploration
     from trackmind.agent.network_config import NetworkConfig
     from trackmind.env.map_cycle import CycleEntry
+    from trackmind.game.demos import DemosConfig
     from trackmind.game.starts import StartsConfig
 
 INFERENCE_LAYOUTS = ("process", "server")
@@ -129,3 +131,4 @@ class CollectorSpec:
     network: NetworkConfig
     exploration: Exploration
     starts: StartsConfig
+    demos: DemosConfig

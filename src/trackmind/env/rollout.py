@@ -6,7 +6,8 @@ length T + 1 (frames, state_float, meters_advanced_along_centerline, current_zon
 car_gear_and_wheels, positions, speeds, and each potential in `potentials`), plus race_time
 (ms, None when the race was cut), finished, map, car (its index in the batch),
 furthest_zone_idx, end (the termination terms that fired), mid_track (the race started
-from a saved state along the map, see game/starts.py; its time is no race time).
+from a saved state along the map, see game/starts.py; its time is no race time), demo (the
+scripted driver drove it, see game/demos.py).
 
 With the vectorized sim every car runs its own race: `races()` steps them together with
 batched inference and yields each race as it ends; `begin()`/`advance()` are the same loop
@@ -26,6 +27,7 @@ from trackmind.env.observations import FLOATS
 from trackmind.env.race import VecRace
 from trackmind.env.rollout_results import RolloutResults, new_rollout_results
 from trackmind.game.actions import ACTIONS
+from trackmind.game.demos import Demonstrator
 from trackmind.game.monitor import PipelineMonitor
 from trackmind.game.starts import StartBank
 
@@ -36,8 +38,10 @@ Policy = Callable[[Any, np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
 class _RaceRecord:
     """The growing rollout_results of one car's current race."""
 
-    def __init__(self, entry: CycleEntry, greedy: bool, mid_track: bool = False) -> None:
-        self.entry, self.greedy, self.mid_track = entry, greedy, mid_track
+    def __init__(
+        self, entry: CycleEntry, greedy: bool, mid_track: bool = False, demo: bool = False
+    ) -> None:
+        self.entry, self.greedy, self.mid_track, self.demo = entry, greedy, mid_track, demo
         self.r: RolloutResults = new_rollout_results()
 
     def add_state(self, race: VecRace, obs: dict, potentials: dict, c: int) -> None:
@@ -78,6 +82,7 @@ class _RaceRecord:
         r["race_time_ms"] = int(car.race_time_ms[c])
         r["car"] = c
         r["mid_track"] = self.mid_track
+        r["demo"] = self.demo
         return r
 
 
@@ -90,11 +95,13 @@ class GameInstanceManager:
         cycle: MapCycle,
         monitor: PipelineMonitor | None = None,
         starts: StartBank | None = None,
+        demos: Demonstrator | None = None,
     ):
         self.race = race
         self.cycle = cycle
         self.monitor = monitor or PipelineMonitor()
         self.starts = starts  # mid-track starts of exploration races (None: off)
+        self.demos = demos  # exploration races the scripted driver drives (None: off)
         self._next_point = np.zeros(race.n_cars, np.int64)  # next point to save a state at
         self.obs: Any = None  # the batched observation of the current step (after begin())
         self.greedy = np.zeros(race.n_cars, bool)  # which cars race greedily (evaluation)
@@ -117,6 +124,13 @@ class GameInstanceManager:
         that batch the inference of several games.
         """
         race, mon = self.race, self.monitor
+        if self.demos is not None:
+            driven, greedy_choice = self.demos.drive(
+                race.car, race.tracks, race.action_ms / 1000.0, actions, q
+            )
+            if greedy_choice is not None:
+                was_greedy = np.where(self.demos.active, greedy_choice, was_greedy)
+                actions = driven
         with mon.stage("game_step"):
             self.obs, reward, terminated, truncated, info = race.step(actions)
         mon.count_actions(race.n_cars)
@@ -158,9 +172,15 @@ class GameInstanceManager:
             if saved:
                 self.obs, _ = race.restore(list(saved), list(saved.values()))
         phis = race.potentials()
+        demos = self.demos
+        if demos is not None:
+            fresh_cars = cars[fresh]
+            demos.start(fresh_cars, np.array([not plan[i][1] for i in fresh], bool))
+            demos.stop(np.array(list(saved), np.int64))
         for c, (entry, g) in zip(cars, plan):
             c = int(c)
-            self._records[c] = _RaceRecord(entry, g, mid_track=c in saved)
+            demo = demos is not None and bool(demos.active[c])
+            self._records[c] = _RaceRecord(entry, g, mid_track=c in saved, demo=demo)
             self._records[c].add_state(race, self.obs, phis, c)
             self.greedy[c] = g
             self.started[c] = True

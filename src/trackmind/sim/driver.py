@@ -59,38 +59,66 @@ class PurePursuitDriver:
             self.steer[car] = 0.0
 
     def act(self, car: CarState) -> np.ndarray:
-        p = self.vehicle
         actions = np.zeros(len(self.tracks), dtype=np.int64)
         for i, (track, lap) in enumerate(zip(self.tracks, self.laps)):
-            s_now = track.start_s + car.progress_m[i]
-            v = float(car.velocity[i, 0])
-            look = max(6.0, abs(v) * self.lookahead_s)
-            target = np.array([np.interp(s_now + look, lap.s, lap.line[:, k]) for k in range(2)])
-            rel = target - car.position[i, :2]
-            yaw = car.yaw[i]
-            fwd = rel[0] * np.cos(yaw) + rel[1] * np.sin(yaw)
-            left = -rel[0] * np.sin(yaw) + rel[1] * np.cos(yaw)
-            dist2 = max(fwd * fwd + left * left, 1e-6)
-            want = np.arctan(2.0 * p.wheelbase * left / dist2)  # pure-pursuit steering angle
-            lock = p.steer_max / (1.0 + abs(v) / p.steer_speed_ref)
-            step = p.steer_rate * self.dt
-            options = {
-                k: self.steer[i] + np.clip(k * lock - self.steer[i], -step, step)
-                for k in (-1, 0, 1)
-            }
-            key = min(options, key=lambda k: abs(options[k] - want))
-            self.steer[i] = options[key]
-            # speed: brake for the profile a little ahead, accelerate below it
-            v_target = self.speed_share * np.interp(s_now + 0.5 * look, lap.s, lap.speed)
-            v_target = max(v_target, 8.0)
-            if v < v_target:
-                throttle = (1, 0)
-            elif v > v_target + 3.0:
-                throttle = (0, 1)
-            else:
-                throttle = (0, 0)
-            actions[i] = _ACTION[(*throttle, key)]
+            actions[i], key = pursuit_action(
+                track,
+                lap,
+                self.vehicle,
+                car,
+                i,
+                self.steer[i],
+                self.dt,
+                self.speed_share,
+                self.lookahead_s,
+            )
+            self.steer[i] = steer_after(
+                self.steer[i], key, car.velocity[i, 0], self.vehicle, self.dt
+            )
         return actions
+
+
+def steer_after(steer: float, key: int, v: float, p: VehicleParams, dt: float) -> float:
+    """The rate-limited steering angle after one action of direction `key` (-1 right, 0 none,
+    +1 left) at forward speed v: the car's own rule, replicated (the game does not report it)."""
+    lock = p.steer_max / (1.0 + abs(float(v)) / p.steer_speed_ref)
+    step = p.steer_rate * dt
+    return float(steer + np.clip(key * lock - steer, -step, step))
+
+
+def pursuit_action(
+    track: Track,
+    lap: ReferenceLap,
+    p: VehicleParams,
+    car: CarState,
+    i: int,
+    steer: float,
+    dt: float,
+    speed_share: float,
+    lookahead_s: float,
+) -> tuple[int, int]:
+    """(action index, steer direction) for car i: pure pursuit of a point `lookahead_s` ahead
+    on the reference line, and the speed profile times `speed_share` a little ahead."""
+    s_now = track.start_s + car.progress_m[i]
+    v = float(car.velocity[i, 0])
+    look = max(6.0, abs(v) * lookahead_s)
+    target = np.array([np.interp(s_now + look, lap.s, lap.line[:, k]) for k in range(2)])
+    rel = target - car.position[i, :2]
+    yaw = car.yaw[i]
+    fwd = rel[0] * np.cos(yaw) + rel[1] * np.sin(yaw)
+    left = -rel[0] * np.sin(yaw) + rel[1] * np.cos(yaw)
+    dist2 = max(fwd * fwd + left * left, 1e-6)
+    want = np.arctan(2.0 * p.wheelbase * left / dist2)  # pure-pursuit steering angle
+    key = min((-1, 0, 1), key=lambda k: abs(steer_after(steer, k, v, p, dt) - want))
+    # speed: brake for the profile a little ahead, accelerate below it
+    v_target = max(speed_share * np.interp(s_now + 0.5 * look, lap.s, lap.speed), 8.0)
+    if v < v_target:
+        throttle = (1, 0)
+    elif v > v_target + 3.0:
+        throttle = (0, 1)
+    else:
+        throttle = (0, 0)
+    return _ACTION[(*throttle, key)], key
 
 
 def drive_races(game, driver: PurePursuitDriver, max_race_ms: int = 300_000) -> list[dict]:

@@ -112,6 +112,7 @@ def plan_run(cfg: Any) -> RunPlan:
 
     from trackmind.agent.exploration import build_exploration
     from trackmind.agent.network_config import network_config
+    from trackmind.game.demos import DemosConfig
     from trackmind.game.starts import StartsConfig
     from trackmind.tracking.tracking_uri import check_tracking_uri
     from trackmind.training.module import check_cuda_graph, learner_config
@@ -127,6 +128,13 @@ def plan_run(cfg: Any) -> RunPlan:
     network = network_config(top.network, float_dim, frame_shape)
     exploration = build_exploration(top.exploration)
     starts = StartsConfig.from_config(top.exploration.get("starts"))
+    demos = DemosConfig.from_config(top.exploration.get("demos"))
+    require(
+        not demos.enabled or env.get("backend", "sim") == "sim",
+        "exploration.demos.share",
+        "demonstration races need the scripted driver, which drives the sim only "
+        "(env.backend=sim); set exploration.demos.share=0",
+    )
     buffer = BufferConfig.from_dict(top.buffer)
     ms_per_action = env_config(env).action_ms
     buffer.horizon_actions(ms_per_action)
@@ -199,5 +207,6 @@ def plan_run(cfg: Any) -> RunPlan:
             network=network,
             exploration=exploration,
             starts=starts,
+            demos=demos,
         ),
     )

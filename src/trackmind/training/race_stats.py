@@ -36,6 +36,7 @@ class RaceStats:
     transitions: int = 0
     collector_errors: int = 0
     mid_track_races: int = 0
+    demo_races: int = 0
     collector_timings: dict[int, dict] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -58,6 +59,9 @@ class RaceStats:
         self.transitions += int(n_transitions)
         if r.get("mid_track"):  # started from a saved state: no race time, no finish rate
             self.mid_track_races += 1
+            return False
+        if r.get("demo"):  # the scripted driver's race (game/demos.py): not the agent's
+            self.demo_races += 1
             return False
         self.finishes[m].append(bool(r["finished"]))
         length = self.length_m.get(m)
@@ -133,6 +137,7 @@ class RaceStats:
         out: dict[str, float] = {
             "races/total": float(self.races),
             "races/mid_track": float(self.mid_track_races),
+            "races/demo": float(self.demo_races),
         }
         for m, fin in self.finishes.items():
             key = metric_map_name(m)

@@ -36,10 +36,16 @@ class EnvWorker:
     """One game instance and the races in progress on its cars."""
 
     def __init__(
-        self, index: int, race: Any, cycle: Any, monitor: PipelineMonitor, starts: Any = None
+        self,
+        index: int,
+        race: Any,
+        cycle: Any,
+        monitor: PipelineMonitor,
+        starts: Any = None,
+        demos: Any = None,
     ) -> None:
         self.index = index
-        self.gim = GameInstanceManager(race, cycle, monitor, starts)
+        self.gim = GameInstanceManager(race, cycle, monitor, starts, demos)
         self.n_cars = int(race.n_cars)
         self.start_version = np.zeros(self.n_cars, np.int64)  # weights version at race start
 
@@ -97,7 +103,12 @@ class RolloutWorker:
         from trackmind.agent.device import resolve_device
         from trackmind.agent.inference import make_inference_network
         from trackmind.collectors.fleet.settings import RayCollectorConfig, worker_cuda_available
-        from trackmind.collectors.parts import build_collector_parts, make_policy, make_start_bank
+        from trackmind.collectors.parts import (
+            build_collector_parts,
+            make_demonstrator,
+            make_policy,
+            make_start_bank,
+        )
 
         col = spec.collector
         assert isinstance(col, RayCollectorConfig), "a RolloutWorker runs collector=ray"
@@ -111,7 +122,8 @@ class RolloutWorker:
         for e in range(n_envs):  # game e of worker i starts where local collector i*n+e would
             race, cycle, env_net = build_collector_parts(spec, n_cars, offset=index * n_envs + e)
             starts = make_start_bank(spec, seed * 1000 + e)
-            self.envs.append(EnvWorker(e, race, cycle, self.monitor, starts))
+            demos = make_demonstrator(spec, race, seed * 1000 + e, self.frames)
+            self.envs.append(EnvWorker(e, race, cycle, self.monitor, starts, demos))
             net = net if net is not None else env_net
         cuda = worker_cuda_available(col, torch.cuda.is_available())  # a GPU it reserved
         net.to(resolve_device(col.device, cuda))

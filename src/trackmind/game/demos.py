@@ -1,0 +1,158 @@
+"""Demonstration races: exploration races driven by the scripted driver, not the network.
+
+A network that starts from nothing meets a long technical map one corner at a time: every
+early race ends at the first corner it cannot take, so the states beyond it, and what
+braking before it is worth, reach the replay buffer late. Value-based learning from
+demonstrations (DQfD, Hester et al. 2018; RLPD, Ball et al. 2023) puts finished races in
+the buffer from the start and lets off-policy learning take what it can from them. The
+sim's scripted driver (sim/driver.py: pure pursuit of the reference line at a share of its
+limit speed, through the same 12 actions) finishes every built-in map at 1.2-1.3x, so it
+can demonstrate any map the sim loads, at no cost beyond its races.
+
+A share of the exploration races that start from the start line (a schedule over frames, so
+demonstrations can fade out) is driven by the driver at a pace drawn per race, with a small
+probability of a uniform random action at each step (recoveries are demonstrated too). The
+races go to the buffer like any other; their actions are recorded with the network's Q
+values and whether they were its greedy choice. They are not evaluation: the learner keeps
+them out of finish rates and best times (RaceStats), like mid-track starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from omegaconf import MISSING
+
+from trackmind.agent.schedules import Schedule
+from trackmind.defaults import checked_with_defaults, conf_option
+from trackmind.errors import require
+from trackmind.game.actions import ACTIONS, N_ACTIONS
+from trackmind.game.contract import CarState
+
+KEY = "exploration.demos"
+DEFAULT_OPTION = "fast"  # conf/exploration/<option>.yaml whose `demos` are the defaults
+
+
+@dataclass
+class DemosConfig:
+    """`exploration.demos`: how many exploration races the scripted driver drives, and how."""
+
+    # share of exploration races from the start line that are demonstrations: one value or
+    # [[frames, share], ...] (linear between points); 0: off
+    share: Any = MISSING
+    pace: list[float] = field(default_factory=lambda: MISSING)  # [low, high] share of the
+    # limit speed, drawn uniformly per race
+    epsilon: float = MISSING  # probability of a uniform random action at each step
+
+    def __post_init__(self) -> None:
+        sched = self.schedule()
+        for f, v in sched.points:
+            require(
+                0.0 <= v <= 1.0, f"{KEY}.share", f"value {v:g} at frame {f:g} must be in [0, 1]"
+            )
+        pace = list(self.pace)
+        require(
+            len(pace) == 2 and 0.0 < pace[0] <= pace[1] <= 1.5,
+            f"{KEY}.pace",
+            f"must be [low, high] with 0 < low <= high <= 1.5, got {pace!r}",
+        )
+        require(
+            0.0 <= self.epsilon <= 1.0, f"{KEY}.epsilon", f"must be in [0, 1], got {self.epsilon!r}"
+        )
+
+    def schedule(self) -> Schedule:
+        return Schedule.from_config(self.share, "linear", f"{KEY}.share")
+
+    @property
+    def enabled(self) -> bool:
+        return any(v > 0 for _, v in self.schedule().points)
+
+    @staticmethod
+    def from_config(cfg: Mapping | None) -> DemosConfig:
+        """`exploration.demos` checked; keys it leaves out take conf/exploration/fast.yaml's
+        values (an exploration option without `demos` has them off: share 0)."""
+        defaults = conf_option("exploration", DEFAULT_OPTION)["demos"]
+        if cfg is None:
+            defaults["share"] = 0.0
+        return checked_with_defaults(cfg, defaults, DemosConfig, KEY)
+
+
+def steer_direction(action: int) -> int:
+    """+1 left, -1 right, 0 neither (or both) for one of the 12 actions."""
+    return int(ACTIONS[action, 2]) - int(ACTIONS[action, 3])
+
+
+class Demonstrator:
+    """Chooses which new races are demonstrations and drives their cars.
+
+    `frames()` is the run's frame counter (the share's schedule reads it). The driver's
+    reference laps are computed once per map (and cached on disk by sim/reference.py).
+    """
+
+    def __init__(
+        self, cfg: DemosConfig, n_cars: int, seed: int, frames: Callable[[], float], vehicle
+    ) -> None:
+        self.cfg = cfg
+        self.share = cfg.schedule()
+        self.frames = frames
+        self.vehicle = vehicle
+        self.rng = np.random.default_rng([seed, 7])
+        self.active = np.zeros(n_cars, bool)
+        self.pace = np.ones(n_cars)
+        self.steer = np.zeros(n_cars)
+        self._laps: dict[str, Any] = {}
+
+    def start(self, cars: np.ndarray, explore: np.ndarray) -> None:
+        """New races on `cars` from the start line; `explore` marks the exploration ones."""
+        share = self.share(self.frames())
+        draw = self.rng.random(len(cars)) < share
+        self.active[cars] = draw & explore
+        lo, hi = self.cfg.pace
+        self.pace[cars] = self.rng.uniform(lo, hi, len(cars))
+        self.steer[cars] = 0.0
+
+    def stop(self, cars: np.ndarray) -> None:
+        """Races on `cars` that are not demonstrations (e.g. mid-track starts)."""
+        self.active[cars] = False
+
+    def _lap(self, track):
+        from trackmind.sim.reference import reference_lap
+
+        key = track.fingerprint()
+        if key not in self._laps:
+            self._laps[key] = reference_lap(track, self.vehicle)
+        return self._laps[key]
+
+    def drive(
+        self, car: CarState, tracks: list, dt: float, actions: np.ndarray, q: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(actions, was_greedy) with the demonstration cars' actions replaced by the driver's
+        (or, with probability epsilon, a uniform one); the others pass through."""
+        from trackmind.sim.driver import pursuit_action, steer_after
+
+        cars = np.flatnonzero(self.active)
+        if not len(cars):
+            return actions, None
+        actions = actions.copy()
+        for c in cars:
+            track = tracks[c]
+            a, _ = pursuit_action(
+                track,
+                self._lap(track),
+                self.vehicle,
+                car,
+                c,
+                self.steer[c],
+                dt,
+                self.pace[c],
+                0.35,
+            )
+            if self.rng.random() < self.cfg.epsilon:
+                a = int(self.rng.integers(N_ACTIONS))
+            actions[c] = a
+            key = steer_direction(a)
+            self.steer[c] = steer_after(self.steer[c], key, car.velocity[c, 0], self.vehicle, dt)
+        return actions, actions == np.asarray(q).argmax(axis=1)

@@ -1,0 +1,122 @@
+"""Demonstration races: the scripted driver drives a share of exploration races, recorded
+with the network's Q values, kept out of race statistics; bad settings name their key."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from trackmind.env.build import default_env_config, make_race
+from trackmind.env.map_cycle import MapCycle
+from trackmind.env.rollout import GameInstanceManager
+from trackmind.errors import ConfigError
+from trackmind.game.demos import Demonstrator, DemosConfig, steer_direction
+from trackmind.sim.driver import steer_after
+from trackmind.sim.vehicle import VehicleParams
+from trackmind.training.race_stats import RaceStats
+
+
+def _gim(n_cars: int, cycle_cfg: list, share, epsilon: float = 0.0, frames=lambda: 0):
+    env = default_env_config()
+    env["frame_shape"] = [24, 32]
+    cycle = MapCycle.from_config(cycle_cfg)
+    race = make_race(env, n_cars=n_cars, maps=cycle.entries[0].track)
+    cfg = DemosConfig.from_config({"share": share, "pace": [0.8, 0.9], "epsilon": epsilon})
+    demos = Demonstrator(cfg, n_cars, seed=0, frames=frames, vehicle=race.game.vehicle)
+    return race, GameInstanceManager(race, cycle, demos=demos)
+
+
+def _standing_policy(n_cars: int):
+    """A network that always prefers `nothing` (action 3): without the driver no car moves."""
+    q = np.tile(-np.abs(np.arange(12) - 3.0).astype(np.float32), (n_cars, 1))
+
+    def policy(obs, greedy):
+        return np.full(n_cars, 3), q.copy(), np.ones(n_cars, bool)
+
+    return policy
+
+
+def test_steer_direction_of_the_twelve_actions():
+    assert [steer_direction(a) for a in range(12)] == [0, 1, -1, 0, 1, -1, 0, 1, -1, 0, 1, -1]
+
+
+def test_steer_after_is_rate_and_lock_limited_by_hand():
+    p = VehicleParams()
+    lock = p.steer_max / (1.0 + 10.0 / p.steer_speed_ref)
+    step = p.steer_rate * 0.1
+    assert steer_after(0.0, 1, 10.0, p, 0.1) == pytest.approx(min(step, lock))
+    assert steer_after(0.0, -1, -10.0, p, 0.1) == pytest.approx(-min(step, lock))
+    assert steer_after(0.01, 0, 10.0, p, 0.1) == pytest.approx(max(0.0, 0.01 - step))
+
+
+def test_demonstration_races_finish_and_record_the_networks_view():
+    race, gim = _gim(2, [{"map": "starter", "exploration": 1, "greedy": 0}], share=1.0)
+    policy = _standing_policy(2)
+    gim.begin()
+    assert gim.demos.active.all()
+    ended = []
+    for _ in range(600):
+        ended += [r for _, r in gim.advance(*policy(gim.obs, gim.greedy))]
+        if len(ended) >= 2:
+            break
+    assert len(ended) >= 2
+    for r in ended:
+        assert r["demo"] and r["finished"] and not r["greedy"]
+        a = np.asarray(r["actions"])
+        q = np.asarray(r["q_values"])
+        assert (a != 3).mean() > 0.5  # the driver's actions, not the network's
+        assert np.array_equal(r["action_was_greedy"], a == q.argmax(axis=1))
+
+
+def test_greedy_races_are_never_demonstrations_and_share_zero_is_off():
+    race, gim = _gim(3, [{"map": "starter", "exploration": 0, "greedy": 1}], share=1.0)
+    gim.begin()
+    assert not gim.demos.active.any()
+    race, gim = _gim(3, [{"map": "starter", "exploration": 1, "greedy": 0}], share=0.0)
+    gim.begin()
+    assert not gim.demos.active.any()
+    for _ in range(50):
+        out = gim.advance(*_standing_policy(3)(gim.obs, gim.greedy))
+        assert all(not r["demo"] for _, r in out)
+    assert np.all(race.car.progress_m < 1.0)  # nobody drove the standing network's cars
+
+
+def test_share_follows_its_schedule_over_frames():
+    frames = {"n": 0}
+    share = [[0, 1.0], [1000, 0.0]]
+    race, gim = _gim(
+        200, [{"map": "starter", "exploration": 1, "greedy": 0}], share, frames=lambda: frames["n"]
+    )
+    gim.begin()
+    assert gim.demos.active.all()
+    frames["n"] = 750  # the share is 0.25 here
+    gim.demos.start(np.arange(200), np.ones(200, bool))
+    assert 0.15 < gim.demos.active.mean() < 0.35
+    frames["n"] = 5000
+    gim.demos.start(np.arange(200), np.ones(200, bool))
+    assert not gim.demos.active.any()
+
+
+def test_race_stats_keep_demonstrations_out_of_finish_rates_and_best_times():
+    s = RaceStats(reference_ms={"a": 10_000.0}, length_m={"a": 100.0})
+    demo = {"map": "a", "finished": True, "race_time": 9_000, "greedy": False, "demo": True}
+    assert s.add_race(demo, 90) is False
+    m = s.metrics()
+    assert m["races/demo"] == 1.0 and "race/a/finish_rate" not in m and "race/a/best_time" not in m
+
+
+@pytest.mark.parametrize(
+    "cfg, key",
+    [
+        ({"share": 1.5}, "exploration.demos.share"),
+        ({"share": [[0, 0.5], [10, -0.1]]}, "exploration.demos.share"),
+        ({"pace": [0.9, 0.5]}, "exploration.demos.pace"),
+        ({"pace": [0.9]}, "exploration.demos.pace"),
+        ({"epsilon": 2.0}, "exploration.demos.epsilon"),
+        ({"speed": 1.0}, "exploration.demos.speed"),
+    ],
+)
+def test_bad_demos_config_names_the_key(cfg, key):
+    with pytest.raises(ConfigError) as e:
+        DemosConfig.from_config(cfg)
+    assert str(e.value).startswith(key)
