@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from trackmind.collectors.demos import Demonstrator, DemosConfig, steer_direction
 from trackmind.env.build import default_env_config, make_race
 from trackmind.env.map_cycle import MapCycle
 from trackmind.env.rollout import GameInstanceManager
 from trackmind.errors import ConfigError
-from trackmind.game.demos import Demonstrator, DemosConfig, steer_direction
 from trackmind.sim.driver import steer_after
 from trackmind.sim.vehicle import VehicleParams
 from trackmind.training.race_stats import RaceStats

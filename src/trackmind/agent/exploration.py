@@ -150,7 +150,7 @@ class GreedyConfig:
 
     policy: str = "greedy"
     starts: Any = None  # mid-track starts: the collectors' (game/starts.py StartsConfig)
-    demos: Any = None  # demonstration races: the collectors' (game/demos.py DemosConfig)
+    demos: Any = None  # demonstration races: the collectors' (collectors/demos.py DemosConfig)
 
 
 @dataclass

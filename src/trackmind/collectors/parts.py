@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING
 
 from trackmind.agent.acting import BatchedPolicy
 from trackmind.agent.network_config import build_network
+from trackmind.collectors.demos import Demonstrator
 from trackmind.env.build import float_dim_of, frame_shape_of, make_race
 from trackmind.env.map_cycle import MapCycle
 from trackmind.env.observations import FLOATS
-from trackmind.game.demos import Demonstrator
 from trackmind.game.starts import StartBank
 
 if TYPE_CHECKING:

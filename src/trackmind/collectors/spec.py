@@ -24,8 +24,8 @@ from trackmind.errors import require
 if TYPE_CHECKING:
     from trackmind.agent.exploration import Exploration
     from trackmind.agent.network_config import NetworkConfig
+    from trackmind.collectors.demos import DemosConfig
     from trackmind.env.map_cycle import CycleEntry
-    from trackmind.game.demos import DemosConfig
     from trackmind.game.starts import StartsConfig
 
 INFERENCE_LAYOUTS = ("process", "server")

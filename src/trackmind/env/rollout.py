@@ -7,7 +7,7 @@ car_gear_and_wheels, positions, speeds, and each potential in `potentials`), plu
 (ms, None when the race was cut), finished, map, car (its index in the batch),
 furthest_zone_idx, end (the termination terms that fired), mid_track (the race started
 from a saved state along the map, see game/starts.py; its time is no race time), demo (the
-scripted driver drove it, see game/demos.py).
+scripted driver drove it, see collectors/demos.py).
 
 With the vectorized sim every car runs its own race: `races()` steps them together with
 batched inference and yields each race as it ends; `begin()`/`advance()` are the same loop
@@ -18,7 +18,7 @@ them); `rollout()` is the single-race form used with the real game and for evalu
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,9 +27,11 @@ from trackmind.env.observations import FLOATS
 from trackmind.env.race import VecRace
 from trackmind.env.rollout_results import RolloutResults, new_rollout_results
 from trackmind.game.actions import ACTIONS
-from trackmind.game.demos import Demonstrator
 from trackmind.game.monitor import PipelineMonitor
 from trackmind.game.starts import StartBank
+
+if TYPE_CHECKING:
+    from trackmind.collectors.demos import Demonstrator
 
 # policy(obs (batched dict), greedy (B,) bool) -> (actions (B,), q_values (B, A), was_greedy (B,))
 Policy = Callable[[Any, np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]

@@ -57,7 +57,7 @@ class RolloutResults(TypedDict, total=False):
     end: list[str]  # the termination terms that fired
     car: int
     mid_track: bool  # started from a saved state: no race time
-    demo: bool  # driven by the scripted driver (game/demos.py): not an evaluation of the agent
+    demo: bool  # driven by the scripted driver (collectors/demos.py): not the agent's race
     collector: int  # set by the collector that raced it
     weights_version: int  # the weights version that drove it
     policy_version: int  # Ray workers: the version the race started with

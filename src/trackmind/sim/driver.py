@@ -28,6 +28,9 @@ _ACTION = {
 }
 
 
+LOOKAHEAD_S = 0.35  # the pursued point is this many seconds ahead at the current speed
+
+
 class PurePursuitDriver:
     """Follows each car's reference line; one instance drives a batch of cars.
 
@@ -41,7 +44,7 @@ class PurePursuitDriver:
         tracks: list[Track],
         vehicle: VehicleParams | None = None,
         speed_share: float = 0.8,
-        lookahead_s: float = 0.35,
+        lookahead_s: float = LOOKAHEAD_S,
         action_ms: int = 50,
     ) -> None:
         self.vehicle = vehicle or VehicleParams()

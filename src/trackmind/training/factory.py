@@ -112,7 +112,7 @@ def plan_run(cfg: Any) -> RunPlan:
 
     from trackmind.agent.exploration import build_exploration
     from trackmind.agent.network_config import network_config
-    from trackmind.game.demos import DemosConfig
+    from trackmind.collectors.demos import DemosConfig
     from trackmind.game.starts import StartsConfig
     from trackmind.tracking.tracking_uri import check_tracking_uri
     from trackmind.training.module import check_cuda_graph, learner_config

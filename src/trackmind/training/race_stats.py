@@ -60,7 +60,7 @@ class RaceStats:
         if r.get("mid_track"):  # started from a saved state: no race time, no finish rate
             self.mid_track_races += 1
             return False
-        if r.get("demo"):  # the scripted driver's race (game/demos.py): not the agent's
+        if r.get("demo"):  # the scripted driver's race (collectors/demos.py): not the agent's
             self.demo_races += 1
             return False
         self.finishes[m].append(bool(r["finished"]))

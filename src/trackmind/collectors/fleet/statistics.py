@@ -1,10 +1,11 @@
 """EpisodeStatistics: race times and finish rates per map, as the rollout fleet saw them.
 
 Every wrapper reports each race it finished, whether it shipped it or dropped it as stale,
-so these figures count what the workers produced; the learner's RaceStats count what it
-learned from. The summary is a pure function of the recent races, turned into MLflow
-metrics `episodes/<map>/finish_rate`, `episodes/<map>/mean_time` (s, finished races),
-`episodes/<map>/best_time` (s, ever), and fleet totals.
+so these figures count what the workers produced (races from mid-track starts and
+demonstrations count as episodes, not towards finish rates and times); the learner's
+RaceStats count what it learned from. The summary is a pure function of the recent races,
+turned into MLflow metrics `episodes/<map>/finish_rate`, `episodes/<map>/mean_time` (s,
+finished races), `episodes/<map>/best_time` (s, ever), and fleet totals.
 """
 
 from __future__ import annotations
@@ -49,10 +50,12 @@ class EpisodeStatistics:
     def record(self, rows: list[dict]) -> None:
         for r in rows:
             m = str(r["map"])
-            self.recent[m].append(r)
             self.episodes += 1
             self.steps += int(r["n_steps"])
             self.dropped += bool(r["dropped"])
+            if not r.get("own", True):  # mid-track starts, demonstrations: no race time
+                continue
+            self.recent[m].append(r)
             if r["finished"] and r["race_time_ms"] is not None:
                 self.best_ms[m] = min(self.best_ms.get(m, float("inf")), float(r["race_time_ms"]))
 

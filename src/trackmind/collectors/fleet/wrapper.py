@@ -42,6 +42,8 @@ def episode_row(frag: SampleFragment, dropped: bool) -> dict[str, Any]:
         "finished": bool(r["finished"]),
         "race_time_ms": r["race_time"],
         "greedy": bool(r.get("greedy", False)),
+        # a race from a saved state or driven by the scripted driver is not the agent's race
+        "own": not (r.get("mid_track") or r.get("demo")),
         "n_steps": frag.n_steps,
         "dropped": dropped,
     }

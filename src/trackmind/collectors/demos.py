@@ -128,10 +128,11 @@ class Demonstrator:
 
     def drive(
         self, car: CarState, tracks: list, dt: float, actions: np.ndarray, q: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
+    ) -> tuple[np.ndarray, np.ndarray | None]:
         """(actions, was_greedy) with the demonstration cars' actions replaced by the driver's
-        (or, with probability epsilon, a uniform one); the others pass through."""
-        from trackmind.sim.driver import pursuit_action, steer_after
+        (or, with probability epsilon, a uniform one), was_greedy = the action is argmax Q;
+        (actions, None) when no car is demonstrating."""
+        from trackmind.sim.driver import LOOKAHEAD_S, pursuit_action, steer_after
 
         cars = np.flatnonzero(self.active)
         if not len(cars):
@@ -148,7 +149,7 @@ class Demonstrator:
                 self.steer[c],
                 dt,
                 self.pace[c],
-                0.35,
+                LOOKAHEAD_S,
             )
             if self.rng.random() < self.cfg.epsilon:
                 a = int(self.rng.integers(N_ACTIONS))
