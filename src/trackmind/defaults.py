@@ -75,3 +75,13 @@ def checked_with_defaults(section: Any, defaults: Mapping, schema: type[T], key:
         except OmegaConfBaseException as e:  # a scalar where a section belongs, and the like
             raise ConfigError(where, first_line(e)) from None
     return check_schema(OmegaConf.to_container(merged), schema, key)
+
+
+def exploration_extra(section: Any, name: str, schema: type[T]) -> T:
+    """An `exploration.<name>` section with a `share` (mid-track starts, demonstrations)
+    checked; keys it leaves out take conf/exploration/fast.yaml's values, and an exploration
+    option without the section has it off (share 0)."""
+    defaults = conf_option("exploration", "fast")[name]
+    if section is None:
+        defaults["share"] = 0.0
+    return checked_with_defaults(section, defaults, schema, f"exploration.{name}")

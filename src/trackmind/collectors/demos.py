@@ -27,13 +27,12 @@ import numpy as np
 from omegaconf import MISSING
 
 from trackmind.agent.schedules import Schedule
-from trackmind.defaults import checked_with_defaults, conf_option
+from trackmind.defaults import exploration_extra
 from trackmind.errors import require
 from trackmind.game.actions import ACTIONS, N_ACTIONS
 from trackmind.game.contract import CarState
 
 KEY = "exploration.demos"
-DEFAULT_OPTION = "fast"  # conf/exploration/<option>.yaml whose `demos` are the defaults
 
 
 @dataclass
@@ -74,10 +73,7 @@ class DemosConfig:
     def from_config(cfg: Mapping | None) -> DemosConfig:
         """`exploration.demos` checked; keys it leaves out take conf/exploration/fast.yaml's
         values (an exploration option without `demos` has them off: share 0)."""
-        defaults = conf_option("exploration", DEFAULT_OPTION)["demos"]
-        if cfg is None:
-            defaults["share"] = 0.0
-        return checked_with_defaults(cfg, defaults, DemosConfig, KEY)
+        return exploration_extra(cfg, "demos", DemosConfig)
 
 
 def steer_direction(action: int) -> int:

@@ -24,11 +24,10 @@ from typing import Any
 import numpy as np
 from omegaconf import MISSING
 
-from trackmind.defaults import checked_with_defaults, conf_option
+from trackmind.defaults import exploration_extra
 from trackmind.errors import require
 
 KEY = "exploration.starts"
-DEFAULT_OPTION = "fast"  # conf/exploration/<option>.yaml whose `starts` are the defaults
 
 
 @dataclass
@@ -60,10 +59,7 @@ class StartsConfig:
     def from_config(cfg: Mapping | None) -> StartsConfig:
         """`exploration.starts` checked; keys it leaves out take conf/exploration/fast.yaml's
         values (an exploration option without `starts` has them off: share 0)."""
-        defaults = conf_option("exploration", DEFAULT_OPTION)["starts"]
-        if cfg is None:
-            defaults["share"] = 0.0
-        return checked_with_defaults(cfg, defaults, StartsConfig, KEY)
+        return exploration_extra(cfg, "starts", StartsConfig)
 
 
 def start_point_weights(ends: np.ndarray, reached: np.ndarray, floor: float) -> np.ndarray:
