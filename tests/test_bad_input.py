@@ -39,6 +39,12 @@ TRAIN = [  # (id, argv, what the line must name)
     ),
     ("epsilon", ["exploration.epsilon=oops"], "exploration.epsilon"),
     ("starts-share", ["exploration.starts.share=2"], "exploration.starts.share"),
+    ("demos-share", ["exploration.demos.share=2"], "exploration.demos.share"),
+    (
+        "demos-real-game",
+        ["env=tminterface", "collector=tminterface", "exploration.demos.share=0.2"],
+        "exploration.demos.share: demonstration races need the scripted driver",
+    ),
     ("max-time", ["trainer.max_time_s=-1"], "trainer.max_time_s"),
     ("frame-shape", ["env.frame_shape=[4,4]"], "env.frame_shape"),
     ("reward-weight", ["reward.terms.progress.weight=abc"], "reward.terms.progress"),
