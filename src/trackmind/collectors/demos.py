@@ -101,18 +101,15 @@ class Demonstrator:
         self.steer = np.zeros(n_cars)
         self._laps: dict[str, Any] = {}
 
-    def start(self, cars: np.ndarray, explore: np.ndarray) -> None:
-        """New races on `cars` from the start line; `explore` marks the exploration ones."""
+    def start(self, cars: np.ndarray, eligible: np.ndarray) -> None:
+        """New races on `cars`; `eligible` marks those that may be demonstrations (exploration
+        races from the start line), a share of which the driver takes."""
         share = self.share(self.frames())
         draw = self.rng.random(len(cars)) < share
-        self.active[cars] = draw & explore
+        self.active[cars] = draw & eligible
         lo, hi = self.cfg.pace
         self.pace[cars] = self.rng.uniform(lo, hi, len(cars))
         self.steer[cars] = 0.0
-
-    def stop(self, cars: np.ndarray) -> None:
-        """Races on `cars` that are not demonstrations (e.g. mid-track starts)."""
-        self.active[cars] = False
 
     def _lap(self, track):
         from trackmind.sim.reference import reference_lap
@@ -123,17 +120,23 @@ class Demonstrator:
         return self._laps[key]
 
     def drive(
-        self, car: CarState, tracks: list, dt: float, actions: np.ndarray, q: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray | None]:
+        self,
+        car: CarState,
+        tracks: list,
+        dt: float,
+        actions: np.ndarray,
+        q: np.ndarray,
+        was_greedy: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(actions, was_greedy) with the demonstration cars' actions replaced by the driver's
-        (or, with probability epsilon, a uniform one), was_greedy = the action is argmax Q;
-        (actions, None) when no car is demonstrating."""
+        (or, with probability epsilon, a uniform one) and their was_greedy by whether that
+        action is argmax Q; the other cars' pass through."""
         from trackmind.sim.driver import LOOKAHEAD_S, pursuit_action, steer_after
 
         cars = np.flatnonzero(self.active)
         if not len(cars):
-            return actions, None
-        actions = actions.copy()
+            return actions, was_greedy
+        actions, was_greedy = actions.copy(), was_greedy.copy()
         for c in cars:
             track = tracks[c]
             a, _ = pursuit_action(
@@ -152,4 +155,5 @@ class Demonstrator:
             actions[c] = a
             key = steer_direction(a)
             self.steer[c] = steer_after(self.steer[c], key, car.velocity[c, 0], self.vehicle, dt)
-        return actions, actions == np.asarray(q).argmax(axis=1)
+        was_greedy[cars] = actions[cars] == np.asarray(q)[cars].argmax(axis=1)
+        return actions, was_greedy

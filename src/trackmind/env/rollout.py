@@ -127,12 +127,9 @@ class GameInstanceManager:
         """
         race, mon = self.race, self.monitor
         if self.demos is not None:
-            driven, greedy_choice = self.demos.drive(
-                race.car, race.tracks, race.action_ms / 1000.0, actions, q
+            actions, was_greedy = self.demos.drive(
+                race.car, race.tracks, race.action_ms / 1000.0, actions, q, was_greedy
             )
-            if greedy_choice is not None:
-                was_greedy = np.where(self.demos.active, greedy_choice, was_greedy)
-                actions = driven
         with mon.stage("game_step"):
             self.obs, reward, terminated, truncated, info = race.step(actions)
         mon.count_actions(race.n_cars)
@@ -175,10 +172,10 @@ class GameInstanceManager:
                 self.obs, _ = race.restore(list(saved), list(saved.values()))
         phis = race.potentials()
         demos = self.demos
-        if demos is not None:
-            fresh_cars = cars[fresh]
-            demos.start(fresh_cars, np.array([not plan[i][1] for i in fresh], bool))
-            demos.stop(np.array(list(saved), np.int64))
+        if demos is not None:  # exploration races from the start line may be demonstrations
+            demos.start(
+                cars, np.array([not g and int(c) not in saved for c, (_, g) in zip(cars, plan)])
+            )
         for c, (entry, g) in zip(cars, plan):
             c = int(c)
             demo = demos is not None and bool(demos.active[c])
