@@ -757,7 +757,12 @@ def main(argv: list[str] | None = None) -> int:
         tag = " ".join(run_extra)
         key = f"{option}|{args.minutes:g}|{tag}"
         if key in saved and not args.force:
-            print(f"[bench] {key}: already measured (run {saved[key][0]['run_id'][:8]})")
+            was = saved[key][0]
+            print(
+                f"[bench] {key}: already measured on {was.get('date', '?')} (run "
+                f"{was['run_id'][:8]}), skipped; for a new row beside it, name a default as an "
+                "override of its own (e.g. a control of this session), or --force to replace it"
+            )
             continue
         stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
         out_dir = ROOT / "outputs" / "bench_learning" / f"{stamp}_{option}_{args.minutes:g}min"

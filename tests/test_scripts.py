@@ -427,6 +427,26 @@ def test_bench_learning_defaults_change_must_be_the_configs(tmp_path, capsys):
     assert "name other keys: learner.gamma, learner.kappa" in capsys.readouterr().err
 
 
+def test_bench_learning_skips_a_saved_key_and_says_how_to_add_a_row(monkeypatch, tmp_path, capsys):
+    """A key with a saved row is not run again; the message names the row's date and how to
+    put a new row beside it (a control of this session needs an override of its own)."""
+    bench = load_script("bench_learning")
+    saved = json.loads((ROOT / "docs" / "bench_learning.json").read_text())
+    results = tmp_path / "rows.json"
+    results.write_text(json.dumps({"technical|30|seed=1": saved["technical|30|seed=1"]}))
+
+    def no_run(*args, **kwargs):
+        raise AssertionError("a saved key was run again")
+
+    monkeypatch.setattr(bench, "run_training", no_run)
+    argv = ["--maps", "technical", "--seeds", "1", "--results", str(results), "--no-page"]
+    assert bench.main(argv) == 0
+    out = capsys.readouterr().out
+    date = saved["technical|30|seed=1"][0]["date"]
+    assert f"technical|30|seed=1: already measured on {date}" in out
+    assert "an override of its own" in out and "--force to replace it" in out
+
+
 def test_min_deps_pins_each_lower_bound():
     pins = load_script("min_deps").minimum_pins(
         [
