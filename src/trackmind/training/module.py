@@ -38,6 +38,7 @@ from trackmind.env.mirror import MIRRORED_ACTIONS, FloatMirror, mirror_batch
 from trackmind.errors import ConfigError, check_schema, require
 from trackmind.training.adam_step import adam_state, clipped_adam_step_
 from trackmind.training.captured_step import CapturedStep
+from trackmind.training.side_thread import submit_no_grad
 
 
 def soft_update(target: torch.nn.Module, online: torch.nn.Module, tau: float) -> None:
@@ -191,6 +192,10 @@ class LearnerConfig:
     # value loss (0: off) and the width of its projection
     self_predictive_weight: float = 0.0
     self_predictive_dim: int = 128
+    # the target's forward at s' on a thread beside the online forward at s
+    # (training/side_thread.py): the same step, sooner, where the learner runs eagerly on
+    # a CPU; no effect with learner.compile or learner.cuda_graph, or on a GPU
+    target_thread: bool = True
 
     def __post_init__(self) -> None:
         key = "learner"
@@ -479,10 +484,14 @@ class IQNLightningModule(L.LightningModule):
         b = batch["action"].shape[0]
         taus = stratified_symmetric_taus(b, self.n_train, device=self.device)
         online, target, loss_fn = self._forwards()
+        taus_next = self.target_taus(b, self.n_target, device=self.device)
+        next_inputs = (next_img, batch["next_state_float"], taus_next)
+        pending = None
+        if self._target_on_thread():  # the same values, the target's pass off the critical path
+            pending = submit_no_grad(target, *next_inputs, device_type=self.device.type)
         z, features = online(state_img, batch["state_float"], taus)
         with torch.no_grad():
-            taus_next = self.target_taus(b, self.n_target, device=self.device)
-            z_next, next_features = target(next_img, batch["next_state_float"], taus_next)
+            z_next, next_features = target(*next_inputs) if pending is None else pending.result()
             target_max = batch.get("target_max")
             stats = {}
             if target_max is not None:
@@ -515,6 +524,15 @@ class IQNLightningModule(L.LightningModule):
             loss = loss + float(self.cfg.self_predictive_weight) * aux
             stats["train/self_predictive_loss"] = aux.detach()
         return LossParts(loss, per_sample, z, stats)
+
+    def _target_on_thread(self) -> bool:
+        """learner.target_thread where it helps: an eager learner on a CPU."""
+        return (
+            self.cfg.target_thread
+            and self.device.type == "cpu"
+            and self.cfg.compile == "none"
+            and not self.cfg.cuda_graph
+        )
 
     def mirrored(self, batch: Mapping[str, torch.Tensor]) -> Mapping[str, torch.Tensor]:
         """The batch with a `mirror_share` of its samples, drawn afresh, mirrored."""
