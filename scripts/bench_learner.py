@@ -38,6 +38,12 @@ forwards, loss, backward, clipping and a capturable RAdam step) is captured once
 graph and replayed (learner.cuda_graph); `--frames host device` stores the buffer's frames in
 host memory or on the GPU (buffer.frames_on, GPU rows only), where the batch's frame gather is
 an index_select on the device. On a CPU a graph row runs the same update eagerly (a dry run).
+`--side-thread none target split` adds a CPU row per use of the learner's side thread
+(training/side_thread.py; default target, as a training run): none, the whole step on one
+thread; target (learner.target_thread), the target's forward at s' on the side thread while
+the online forward at s runs on the step's own, the same step bit for bit; split
+(learner.split_step), each half of the batch through forwards, loss and backward on a thread
+of its own, the gradients summed.
 `--json PATH` writes the rows; `--profile N` prints where N steps of each row spend their
 time (torch.profiler, by device time on a GPU).
 """
@@ -187,12 +193,16 @@ class Stepper:
             return nullcontext()
         return torch.autocast(self.device.type, dtype=self.dtype)
 
+    def step(self) -> None:
+        """Clip the gradients already computed, then the optimizer's step."""
+        torch.nn.utils.clip_grad_norm_(self.params, self.clip)
+        self.opt.step()
+
     def update(self, loss: torch.Tensor) -> None:
         self.opt.zero_grad(set_to_none=True)
         if self.scaler is None:
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(self.params, self.clip)
-            self.opt.step()
+            self.step()
             return
         self.scaler.scale(loss).backward()
         self.scaler.unscale_(self.opt)
@@ -244,6 +254,11 @@ class Ours:
             return
         dev = self.stepper.device
         batch = {k: v.to(dev, non_blocking=True) for k, v in batch.items()}
+        if self.module.cfg.split_step and self.module._eager_cpu():  # backward on two threads
+            with self.stepper.autocast():
+                self.module.split_backward(batch, self.stepper.opt)
+            self.stepper.step()
+            return
         with self.stepper.autocast():
             loss = self.module.compute_loss(batch).loss
         self.stepper.update(loss)
@@ -358,7 +373,8 @@ def bench_preset(name: str, devices: list[str], args, learner: dict) -> list[dic
         return buffers[device]
 
     rows = []
-    for device, precision, mode, prefetch, graph, frames, channels_last in combos(devices, args):
+    for row_keys in combos(devices, args):
+        device, precision, mode, prefetch, graph, frames, channels_last, side = row_keys
         # every combination compiles anew: dynamo's per-function cache (8 entries) would
         # otherwise fill up over the rows and run the later "compiled" ones eagerly
         torch.compiler.reset()
@@ -369,6 +385,8 @@ def bench_preset(name: str, devices: list[str], args, learner: dict) -> list[dic
         net = build_network(nc, FLOAT_DIM, frame).to(device)
         # learner.compile and learner.cuda_graph, as a training run sets them
         compiled = {**learner, **compile_keys(mode, graph), "cuda_graph": graph}
+        compiled["target_thread"] = side == "target"
+        compiled["split_step"] = side == "split"
         module = IQNLightningModule(net, compiled, nc.n_quantiles_train, nc.n_quantiles_target)
         module.to(device)
         stepper = Stepper(module.configure_optimizers(), learner, device, precision)
@@ -388,7 +406,7 @@ def bench_preset(name: str, devices: list[str], args, learner: dict) -> list[dic
                 device,
                 args.profile,
                 f"{name} {device.type} {precision} graph {int(graph)} frames {frames} "
-                f"channels_last {int(channels_last)}",
+                f"channels_last {int(channels_last)} side thread {side}",
             )
         if ours.prefetcher is not None:
             ours.prefetcher.close()
@@ -411,12 +429,14 @@ def bench_preset(name: str, devices: list[str], args, learner: dict) -> list[dic
                 "transitions": transitions,
                 "steps": steps,
                 "channels_last": channels_last,
+                "side_thread": side,
                 **apart,
             }
         )
         print(
             f"{name} on {device.type}, {precision}, compile {mode}, prefetch {prefetch}, "
-            f"graph {int(graph)}, frames on {frames}, channels_last {int(channels_last)}: "
+            f"graph {int(graph)}, frames on {frames}, channels_last {int(channels_last)}, "
+            f"side thread {side}: "
             f"{rows[-1]['ours']:,.0f} samples/s ({rows[-1]['ours'] / args.batch:,.1f} batches/s);"
             f" apart: sample {apart['sample_ms']:.2f} ms, update {apart['update_ms']:.2f} ms",
             flush=True,
@@ -442,9 +462,9 @@ def print_profile(ours: Ours, device: torch.device, steps: int, label: str) -> N
 
 
 def combos(devices: list[str], args) -> list[tuple]:
-    """(device, precision, compile, prefetch, graph, frames, channels_last) of each row.
-    Frames on the device are GPU rows only; a CPU "graph" row runs the update it would
-    capture, eagerly (a dry run of the GPU rows)."""
+    """(device, precision, compile, prefetch, graph, frames, channels_last, side_thread) of
+    each row. Frames on the device are GPU rows only; a CPU "graph" row runs the update it
+    would capture, eagerly (a dry run of the GPU rows). The side thread is a CPU switch."""
     out = []
     for d in devices:
         gpu = d == "cuda"
@@ -454,7 +474,9 @@ def combos(devices: list[str], args) -> list[tuple]:
                     for g in args.cuda_graph:  # on a CPU: the same update, eager
                         for f in args.frames if gpu else ["host"]:
                             for cl in args.channels_last if gpu else [0]:
-                                out.append((torch.device(d), p, c, q, bool(g), f, bool(cl)))
+                                for t in ["target"] if gpu else args.side_thread:
+                                    row = (torch.device(d), p, c, q, bool(g), f, bool(cl))
+                                    out.append((*row, t))
     return out
 
 
@@ -523,9 +545,9 @@ def print_table(rows: list[dict], args) -> None:
     print(
         "| preset | device | precision | compile | graph | frames | prefetch | ours samples/s "
         "| batches/s | eager ref samples/s | ratio | collate share | sample ms | update ms "
-        "| bytes/transition | x frame |"
+        "| bytes/transition | x frame | side thread |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         frame = f"{r['bytes'] / r['frame_bytes']:.2f}" if r["frame_bytes"] else "no frame"
         print(
@@ -535,7 +557,7 @@ def print_table(rows: list[dict], args) -> None:
             f"| {r['ref']:,.0f} "
             f"| {r['ours'] / r['ref']:.2f} | {100 * r['share']:.1f}% | {r['sample_ms']:.2f} "
             f"| {r['update_ms']:.2f} | {r['bytes']:,.0f} "
-            f"| {frame} |"
+            f"| {frame} | {r.get('side_thread', 'none')} |"
         )
     for r in rows:
         print(
@@ -676,6 +698,14 @@ def main(argv: list[str] | None = None) -> int:
         default=[1],
         help="GPU rows: 1 keeps our conv weights channels_last (NHWC), as a GPU learner does; "
         "0 in NCHW (the first conv's GEMM still gives NHWC); a row each",
+    )
+    ap.add_argument(
+        "--side-thread",
+        nargs="+",
+        choices=("none", "target", "split"),
+        default=["target"],
+        help="CPU rows: the step on one thread, the target's forward on a side thread "
+        "(learner.target_thread), or half the batch there (learner.split_step); a row each",
     )
     ap.add_argument("--json", type=Path, help="also write the rows to this JSON file")
     ap.add_argument(

@@ -89,6 +89,13 @@ def test_bench_learner_prefetch_rows(capsys):
     assert all(float(r[7]) > 0 and 0 <= float(r[11].rstrip("%")) < 100 for r in rows)
 
 
+def test_bench_learner_side_thread_rows(capsys):
+    """--side-thread: the step on one thread, the target's forward aside, half the batch."""
+    rows = _bench_learner_rows(capsys, "--side-thread", "none", "target", "split")
+    assert [r[16] for r in rows] == ["none", "target", "split"]
+    assert all(float(r[7]) > 0 and float(r[9]) > 0 for r in rows)
+
+
 def test_bench_learner_graph_rows_dry_run_on_cpu(capsys, tmp_path):
     """--cuda-graph 0 1 on a CPU: the update a GPU would capture, run eagerly; --json."""
     out = tmp_path / "rows.json"

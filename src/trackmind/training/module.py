@@ -38,7 +38,7 @@ from trackmind.env.mirror import MIRRORED_ACTIONS, FloatMirror, mirror_batch
 from trackmind.errors import ConfigError, check_schema, require
 from trackmind.training.adam_step import adam_state, clipped_adam_step_
 from trackmind.training.captured_step import CapturedStep
-from trackmind.training.side_thread import submit_no_grad
+from trackmind.training.side_thread import on_side_thread
 
 
 def soft_update(target: torch.nn.Module, online: torch.nn.Module, tau: float) -> None:
@@ -196,6 +196,11 @@ class LearnerConfig:
     # (training/side_thread.py): the same step, sooner, where the learner runs eagerly on
     # a CPU; no effect with learner.compile or learner.cuda_graph, or on a GPU
     target_thread: bool = True
+    # the batch in two halves, each half's forwards, loss and backward on a thread of its own,
+    # the gradients summed: the same update up to float rounding, on an eager CPU learner
+    # (training/side_thread.py); not with the self-predictive loss (a mean over a batch's
+    # non-terminal samples) or spectral normalisation (power iterations in the forward)
+    split_step: bool = False
 
     def __post_init__(self) -> None:
         key = "learner"
@@ -210,6 +215,12 @@ class LearnerConfig:
             "compiles the loss in learner.compile's mode, which must be default or "
             f"max-autotune-no-cudagraphs (the loss's outputs are kept past the next step; "
             f"a mode of CUDA graphs would overwrite them), got {self.compile!r}",
+        )
+        require(
+            not self.split_step or self.self_predictive_weight == 0,
+            f"{key}.split_step",
+            "splits the batch, and the self-predictive loss is a mean over the whole batch: "
+            "set learner.self_predictive_weight=0 or learner.split_step=false",
         )
         require(
             not self.compile_optimizer or self.cuda_graph,
@@ -420,6 +431,13 @@ class IQNLightningModule(L.LightningModule):
             self.self_predictive = SelfPredictiveHead(
                 network.feature_dim, network.n_actions, int(self.cfg.self_predictive_dim)
             )
+        require(
+            not self.cfg.split_step or not power_iteration_vectors(network),
+            "learner.split_step",
+            "splits the batch over two threads, and spectral normalisation updates its power "
+            "iterations in every forward: set network.spectral_norm=false or "
+            "learner.split_step=false",
+        )
         self.resets_done = 0
         self.reset_slot = 0  # schedule slot (frames // reset_every_frames) of the last reset
         names = dict(network.named_modules())
@@ -479,16 +497,30 @@ class IQNLightningModule(L.LightningModule):
     def compute_loss(self, batch: Mapping[str, torch.Tensor]) -> LossParts:
         """Loss, per-sample losses, the online quantiles and the loss's own figures for one
         collated batch."""
+        taus, taus_next = self._draw_taus(batch["action"].shape[0])
+        return self._loss(batch, taus, taus_next, self.cfg.target_thread and self._eager_cpu())
+
+    def _draw_taus(self, b: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(online taus at s, target taus at s') for b samples, always in this order."""
+        taus = stratified_symmetric_taus(b, self.n_train, device=self.device)
+        return taus, self.target_taus(b, self.n_target, device=self.device)
+
+    def _loss(
+        self,
+        batch: Mapping[str, torch.Tensor],
+        taus: torch.Tensor,
+        taus_next: torch.Tensor,
+        target_aside: bool,
+    ) -> LossParts:
+        """compute_loss at given taus; target_aside runs the target's forward on the side
+        thread while the online forward runs here."""
         state_img = batch.get("state_img")
         next_img = batch.get("next_state_img")
-        b = batch["action"].shape[0]
-        taus = stratified_symmetric_taus(b, self.n_train, device=self.device)
         online, target, loss_fn = self._forwards()
-        taus_next = self.target_taus(b, self.n_target, device=self.device)
         next_inputs = (next_img, batch["next_state_float"], taus_next)
         pending = None
-        if self._target_on_thread():  # the same values, the target's pass off the critical path
-            pending = submit_no_grad(target, *next_inputs, device_type=self.device.type)
+        if target_aside:  # the same values, the target's pass off the critical path
+            pending = on_side_thread(target, *next_inputs, device_type=self.device.type)
         z, features = online(state_img, batch["state_float"], taus)
         with torch.no_grad():
             z_next, next_features = target(*next_inputs) if pending is None else pending.result()
@@ -525,13 +557,42 @@ class IQNLightningModule(L.LightningModule):
             stats["train/self_predictive_loss"] = aux.detach()
         return LossParts(loss, per_sample, z, stats)
 
-    def _target_on_thread(self) -> bool:
-        """learner.target_thread where it helps: an eager learner on a CPU."""
-        return (
-            self.cfg.target_thread
-            and self.device.type == "cpu"
-            and self.cfg.compile == "none"
-            and not self.cfg.cuda_graph
+    def _eager_cpu(self) -> bool:
+        """Where learner.target_thread and learner.split_step apply: an eager learner on a
+        CPU (a GPU's kernels already queue asynchronously; a compiled or captured step is one
+        program)."""
+        return self.device.type == "cpu" and self.cfg.compile == "none" and not self.cfg.cuda_graph
+
+    def split_backward(self, batch: Mapping[str, torch.Tensor], opt) -> LossParts:
+        """learner.split_step: each half of the batch through compute_loss and backward, the
+        second on the side thread, at the taus the whole batch would draw; each half's loss
+        weighted by its share, so that the summed gradients are the whole batch's. Returns
+        the whole batch's figures (the loss, not yet checked: a non-finite one discards the
+        gradients)."""
+        b = int(batch["action"].shape[0])
+        k = b // 2
+        taus, taus_next = self._draw_taus(b)
+        opt.zero_grad(set_to_none=True)
+
+        def half(rows: slice) -> LossParts:
+            part = {key: v[rows] for key, v in batch.items()}
+            out = self._loss(part, taus[rows], taus_next[rows], target_aside=False)
+            (out.loss * (part["action"].shape[0] / b)).backward()
+            return out
+
+        pending = on_side_thread(half, slice(k, b), device_type=self.device.type, grad=True)
+        first = half(slice(0, k))
+        second = pending.result()
+        share = k / b  # figures of the whole batch: means of the halves, weighted
+
+        def mean(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return share * x.detach() + (1 - share) * y.detach()
+
+        return LossParts(
+            mean(first.loss, second.loss),
+            torch.cat([first.per_sample, second.per_sample]),
+            torch.cat([first.z.detach(), second.z.detach()]),
+            {name: mean(v, second.stats[name]) for name, v in first.stats.items()},
         )
 
     def mirrored(self, batch: Mapping[str, torch.Tensor]) -> Mapping[str, torch.Tensor]:
@@ -586,11 +647,17 @@ class IQNLightningModule(L.LightningModule):
     def _eager_update(self, batch: Mapping[str, torch.Tensor], opt) -> dict | None:
         """One step through Lightning (its precision plugin scales fp16 losses); None when
         the loss is not finite (the step is skipped, NonFiniteGuard counts it)."""
-        loss, per_sample, z, stats = self.compute_loss(batch)
-        if not self.guard.check(loss):
-            return None
-        opt.zero_grad(set_to_none=True)
-        self.manual_backward(loss)
+        if self.cfg.split_step and self._eager_cpu():  # backward done, on two threads
+            loss, per_sample, z, stats = self.split_backward(batch, opt)
+            if not self.guard.check(loss):
+                opt.zero_grad(set_to_none=True)
+                return None
+        else:
+            loss, per_sample, z, stats = self.compute_loss(batch)
+            if not self.guard.check(loss):
+                return None
+            opt.zero_grad(set_to_none=True)
+            self.manual_backward(loss)
         # Lightning's clip unscales fp16 gradients first (mixed precision on GPU)
         self.clip_gradients(
             opt, gradient_clip_val=float(self.cfg.grad_clip_norm), gradient_clip_algorithm="norm"

@@ -8,8 +8,14 @@ runs on the caller's: the step's critical path loses the target's forward (about
 of it on iqn_cpu). The result is the same, bit for bit: the same weights, the same taus
 (drawn by the caller, in the caller's order), and nothing on the thread draws from an RNG.
 
-Grad mode and autocast are per thread in torch, so the job runs under no_grad and under the
-caller's autocast. A GPU needs none of this: its kernels already queue asynchronously.
+learner.split_step goes further: the batch in two halves, each half's forwards, loss and
+backward on a thread of its own (this side thread and the caller's), the gradients summed
+into the same .grad (autograd accumulates under a lock). The same update up to the order of
+float sums.
+
+Grad mode and autocast are per thread in torch, so a job runs under the caller's autocast
+and the grad mode it asks for. A GPU needs none of this: its kernels already queue
+asynchronously.
 """
 
 from __future__ import annotations
@@ -35,13 +41,19 @@ def side_pool() -> ThreadPoolExecutor:
     return _POOL[1]
 
 
-def submit_no_grad(fn: Callable[..., T], *args, device_type: str = "cpu") -> Future[T]:
-    """fn(*args) on the side thread, under no_grad and the caller's autocast state."""
+def on_side_thread(
+    fn: Callable[..., T], *args, device_type: str = "cpu", grad: bool = False
+) -> Future[T]:
+    """fn(*args) on the side thread, with grad mode `grad` and the caller's autocast state
+    (both are per thread in torch: a new thread would run with grad on and autocast off)."""
     autocast = torch.is_autocast_enabled(device_type)
     dtype = torch.get_autocast_dtype(device_type)
 
     def job() -> T:
-        with torch.no_grad(), torch.autocast(device_type, dtype=dtype, enabled=autocast):
+        with (
+            torch.set_grad_enabled(grad),
+            torch.autocast(device_type, dtype=dtype, enabled=autocast),
+        ):
             return fn(*args)
 
     return side_pool().submit(job)
