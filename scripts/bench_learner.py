@@ -254,7 +254,7 @@ class Ours:
             return
         dev = self.stepper.device
         batch = {k: v.to(dev, non_blocking=True) for k, v in batch.items()}
-        if self.module.cfg.split_step and self.module._eager_cpu():  # backward on two threads
+        if self.module.splits_step:  # backward on two threads, as the learner's update
             with self.stepper.autocast():
                 self.module.split_backward(batch, self.stepper.opt)
             self.stepper.step()

@@ -563,6 +563,11 @@ class IQNLightningModule(L.LightningModule):
         program)."""
         return self.device.type == "cpu" and self.cfg.compile == "none" and not self.cfg.cuda_graph
 
+    @property
+    def splits_step(self) -> bool:
+        """learner.split_step where it applies: the update's backward runs in split_backward."""
+        return self.cfg.split_step and self._eager_cpu()
+
     def split_backward(self, batch: Mapping[str, torch.Tensor], opt) -> LossParts:
         """learner.split_step: each half of the batch through compute_loss and backward, the
         second on the side thread, at the taus the whole batch would draw; each half's loss
@@ -647,7 +652,7 @@ class IQNLightningModule(L.LightningModule):
     def _eager_update(self, batch: Mapping[str, torch.Tensor], opt) -> dict | None:
         """One step through Lightning (its precision plugin scales fp16 losses); None when
         the loss is not finite (the step is skipped, NonFiniteGuard counts it)."""
-        if self.cfg.split_step and self._eager_cpu():  # backward done, on two threads
+        if self.splits_step:  # backward done, on two threads
             loss, per_sample, z, stats = self.split_backward(batch, opt)
             if not self.guard.check(loss):
                 opt.zero_grad(set_to_none=True)
