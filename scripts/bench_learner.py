@@ -464,7 +464,8 @@ def print_profile(ours: Ours, device: torch.device, steps: int, label: str) -> N
 def combos(devices: list[str], args) -> list[tuple]:
     """(device, precision, compile, prefetch, graph, frames, channels_last, side_thread) of
     each row. Frames on the device are GPU rows only; a CPU "graph" row runs the update it
-    would capture, eagerly (a dry run of the GPU rows). The side thread is a CPU switch."""
+    would capture, eagerly (a dry run of the GPU rows). The side thread is a CPU switch: a GPU
+    row runs without it (none), as a GPU run does."""
     out = []
     for d in devices:
         gpu = d == "cuda"
@@ -474,7 +475,7 @@ def combos(devices: list[str], args) -> list[tuple]:
                     for g in args.cuda_graph:  # on a CPU: the same update, eager
                         for f in args.frames if gpu else ["host"]:
                             for cl in args.channels_last if gpu else [0]:
-                                for t in ["target"] if gpu else args.side_thread:
+                                for t in ["none"] if gpu else args.side_thread:
                                     row = (torch.device(d), p, c, q, bool(g), f, bool(cl))
                                     out.append((*row, t))
     return out

@@ -305,10 +305,11 @@ def test_docs_gpu_tables_are_generated_from_their_result_files():
         part.split("<!-- gpu-check table: end -->")[0]
         for part in page.split("<!-- gpu-check table: begin -->")[1:]
     ]
-    # the third H200 lease's two checks (the lock fix; the batch copied once), the second
+    # the fourth H200 lease's two calls (Impala's learner rows and the default run; Impala's
+    # run), the third lease's two checks (the lock fix; the batch copied once), the second
     # lease's three calls (fused optimizer; one thread; fused heads, learner rows alone), then
     # the first lease's check and its two real runs after the frozen-copy fix
-    assert len(blocks) == 8
+    assert len(blocks) == 10
     reports = []
     for block in blocks:
         named = re.search(r"gpu_check\.py --report (\S+): do not edit", block)
@@ -323,23 +324,28 @@ def test_docs_gpu_tables_are_generated_from_their_result_files():
         )
         assert r.stdout.strip() in block
         reports.append(r.stdout)
-    # figures of the H200 leases, as measured (docs/results/gpu/2026-11-30-h200*)
-    assert "| 395.6 batches/s | >= 400 | missed |" in reports[0]
-    assert "| real run: learner batches/s | 254.3 | >= 250 | met |" in reports[0]
-    assert "wall / its CPU / replay lock wait | 3.55 / 2.12 / 0.27 |" in reports[0]
+    # figures of the H200 leases, as measured (docs/results/gpu/2026-1[12]-*-h200*)
+    assert "| 71.4 batches/s | >= 400 | missed |" in reports[0]  # iqn_impala's step
+    assert "| real run: learner batches/s | 225.9 | >= 250 | missed |" in reports[0]
+    assert "wall / its CPU / replay lock wait | 4.07 / 2.14 / 0.56 |" in reports[0]
+    assert "| real run: overrides | network=iqn_impala |" in reports[1]
+    assert "| real run: learner batches/s | 60.0 | >= 250 | missed |" in reports[1]
+    assert "| 395.6 batches/s | >= 400 | missed |" in reports[2]
+    assert "| real run: learner batches/s | 254.3 | >= 250 | met |" in reports[2]
+    assert "wall / its CPU / replay lock wait | 3.55 / 2.12 / 0.27 |" in reports[2]
     assert (
-        "apart: step 2.49 ms" in reports[1] and "| 401.5 batches/s | >= 400 | met |" in reports[1]
+        "apart: step 2.49 ms" in reports[3] and "| 401.5 batches/s | >= 400 | met |" in reports[3]
     )
-    assert "compiled forwards and optimizer (default)" in reports[2]
-    assert "| 379.1 batches/s | >= 400 | missed |" in reports[2]
-    assert "| real run: learner batches/s | 272.8 | >= 250 | met |" in reports[3]
-    assert "wall / its CPU / replay lock wait | 3.14 / 1.68 / 0.49 |" in reports[3]
-    assert "| 395.9 batches/s | >= 400 | missed |" in reports[4]
-    assert "real run" not in reports[4]  # a call without its real run: no rows for it
-    assert "| real run: learner_wait_share | 0.664 | < 0.1 | missed |" in reports[5]
-    assert "| real run: learner_wait_share | 0.001 | < 0.1 | met |" in reports[6]
-    assert "| real run: learner batches/s | 191.6 | >= 250 | missed |" in reports[7]
-    assert "prefetch thread" not in reports[7]  # a run from before the figures: no row
+    assert "compiled forwards and optimizer (default)" in reports[4]
+    assert "| 379.1 batches/s | >= 400 | missed |" in reports[4]
+    assert "| real run: learner batches/s | 272.8 | >= 250 | met |" in reports[5]
+    assert "wall / its CPU / replay lock wait | 3.14 / 1.68 / 0.49 |" in reports[5]
+    assert "| 395.9 batches/s | >= 400 | missed |" in reports[6]
+    assert "real run" not in reports[6]  # a call without its real run: no rows for it
+    assert "| real run: learner_wait_share | 0.664 | < 0.1 | missed |" in reports[7]
+    assert "| real run: learner_wait_share | 0.001 | < 0.1 | met |" in reports[8]
+    assert "| real run: learner batches/s | 191.6 | >= 250 | missed |" in reports[9]
+    assert "prefetch thread" not in reports[9]  # a run from before the figures: no row
 
 
 def test_with_tables_fills_the_block_of_a_folder_and_keeps_the_others(tmp_path):
