@@ -71,10 +71,11 @@ def test_the_target_on_a_side_thread_gives_the_same_loss_and_gradients_bit_for_b
 
 def test_the_side_thread_is_the_default_and_off_where_the_learner_is_compiled():
     assert _conf("learner", "iqn")["target_thread"] is True
-    assert _module(True)._eager_cpu()
+    assert _module(True).targets_aside
+    assert not _module(False).targets_aside
     compiled = _module(True)
     compiled.cfg.compile = "default"
-    assert not compiled._eager_cpu()
+    assert not compiled.targets_aside
 
 
 def test_a_side_job_runs_without_grad_under_the_callers_autocast():

@@ -498,7 +498,7 @@ class IQNLightningModule(L.LightningModule):
         """Loss, per-sample losses, the online quantiles and the loss's own figures for one
         collated batch."""
         taus, taus_next = self._draw_taus(batch["action"].shape[0])
-        return self._loss(batch, taus, taus_next, self.cfg.target_thread and self._eager_cpu())
+        return self._loss(batch, taus, taus_next, self.targets_aside)
 
     def _draw_taus(self, b: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(online taus at s, target taus at s') for b samples, always in this order."""
@@ -562,6 +562,12 @@ class IQNLightningModule(L.LightningModule):
         CPU (a GPU's kernels already queue asynchronously; a compiled or captured step is one
         program)."""
         return self.device.type == "cpu" and self.cfg.compile == "none" and not self.cfg.cuda_graph
+
+    @property
+    def targets_aside(self) -> bool:
+        """learner.target_thread where it applies: compute_loss runs the target's forward on
+        the side thread."""
+        return self.cfg.target_thread and self._eager_cpu()
 
     @property
     def splits_step(self) -> bool:
