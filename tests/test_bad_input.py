@@ -40,6 +40,7 @@ TRAIN = [  # (id, argv, what the line must name)
     ("epsilon", ["exploration.epsilon=oops"], "exploration.epsilon"),
     ("starts-share", ["exploration.starts.share=2"], "exploration.starts.share"),
     ("demos-share", ["exploration.demos.share=2"], "exploration.demos.share"),
+    ("demos-map-share", ["map=hairpins", "map.cycle.0.demos=2"], "map.cycle[0].demos"),
     (
         "demos-real-game",
         ["env=tminterface", "collector=tminterface", "exploration.demos.share=0.2"],

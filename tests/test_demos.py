@@ -13,6 +13,7 @@ from trackmind.env.rollout import GameInstanceManager
 from trackmind.errors import ConfigError
 from trackmind.sim.driver import steer_after
 from trackmind.sim.vehicle import VehicleParams
+from trackmind.training.factory import check_demos_game
 from trackmind.training.race_stats import RaceStats
 
 
@@ -90,11 +91,83 @@ def test_share_follows_its_schedule_over_frames():
     gim.begin()
     assert gim.demos.active.all()
     frames["n"] = 750  # the share is 0.25 here
-    gim.demos.start(np.arange(200), np.ones(200, bool))
+    starter = gim.cycle.entries * 200
+    gim.demos.start(np.arange(200), np.ones(200, bool), starter)
     assert 0.15 < gim.demos.active.mean() < 0.35
     frames["n"] = 5000
-    gim.demos.start(np.arange(200), np.ones(200, bool))
+    gim.demos.start(np.arange(200), np.ones(200, bool), starter)
     assert not gim.demos.active.any()
+
+
+TWO_MAPS = [
+    {"map": "starter", "exploration": 1, "greedy": 0, "demos": 1.0},
+    {"map": "flow", "exploration": 1, "greedy": 0},
+]
+
+
+def test_each_map_sets_its_own_share_when_every_maps_is_unset():
+    race, gim = _gim(40, TWO_MAPS, share=None)
+    gim.begin()  # the cycle alternates starter (share 1) and flow (unset: 0)
+    names = [rec.entry.name for rec in gim._records]
+    demo = gim.demos.active
+    assert names[:4] == ["starter", "flow", "starter", "flow"]
+    assert all(d == (n == "starter") for d, n in zip(demo, names))
+    assert gim.demos.cfg.enabled_on(gim.cycle.entries) == ["starter"]
+
+
+def test_every_maps_share_overrides_the_maps_own():
+    race, gim = _gim(40, TWO_MAPS, share=0.0)
+    gim.begin()
+    assert not gim.demos.active.any()
+    assert gim.demos.cfg.enabled_on(gim.cycle.entries) == []
+    race, gim = _gim(40, TWO_MAPS, share=1.0)
+    gim.begin()
+    assert gim.demos.active.all()
+
+
+def test_a_maps_share_draws_the_races_every_maps_share_drew():
+    """map=hairpins now sets 0.25 on its row: the same races are demonstrations as with the
+    measured exploration.demos.share=0.25 (same seed, same draws)."""
+    row = [{"map": "starter", "exploration": 3, "greedy": 1, "demos": 0.25}]
+    bare = [{"map": "starter", "exploration": 3, "greedy": 1}]
+    _, by_row = _gim(64, row, share=None)
+    _, by_every = _gim(64, bare, share=0.25)
+    by_row.begin()
+    by_every.begin()
+    assert 4 < by_row.demos.active.sum() < 40
+    assert np.array_equal(by_row.demos.active, by_every.demos.active)
+
+
+def test_a_maps_share_is_checked_and_named_by_its_row():
+    with pytest.raises(ConfigError) as e:
+        MapCycle.from_config([{"map": "starter"}, {"map": "flow", "demos": [[0, 0.2], [5, 1.2]]}])
+    assert str(e.value).startswith("map.cycle[1].demos: value 1.2 at frame 5")
+
+
+def test_demonstrations_on_another_game_name_the_key_that_asks_for_them():
+    entries = MapCycle.from_config(TWO_MAPS).entries
+    check_demos_game(DemosConfig.from_config({"share": None}), entries, "sim")
+    check_demos_game(DemosConfig.from_config({"share": 0.0}), entries, "tminterface")
+    with pytest.raises(ConfigError) as e:
+        check_demos_game(DemosConfig.from_config({"share": None}), entries, "tminterface")
+    assert str(e.value).startswith("map.cycle: demonstration races need the scripted driver")
+    assert "map starter sets demos" in str(e.value)
+    with pytest.raises(ConfigError) as e:
+        check_demos_game(DemosConfig.from_config({"share": 0.5}), entries, "tminterface")
+    assert str(e.value).startswith("exploration.demos.share: demonstration races need")
+
+
+def test_the_defaults_demonstrate_on_hairpins_alone():
+    from trackmind.defaults import conf_option
+
+    assert DemosConfig.from_config(conf_option("exploration", "fast")["demos"]).share is None
+    for name in ("hairpins", "technical", "starter", "builtin_cycle"):
+        entries = MapCycle.from_config(conf_option("map", name)["cycle"]).entries
+        demos = DemosConfig.from_config(conf_option("exploration", "fast")["demos"])
+        want = ["hairpins"] if name == "hairpins" else []
+        assert demos.enabled_on(entries) == want
+    hairpins = MapCycle.from_config(conf_option("map", "hairpins")["cycle"]).entries[0]
+    assert demos.share_of(hairpins)(0) == demos.share_of(hairpins)(10**7) == 0.25
 
 
 def test_race_stats_keep_demonstrations_out_of_finish_rates_and_best_times():

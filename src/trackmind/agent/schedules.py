@@ -76,3 +76,12 @@ class Schedule:
 
     def __repr__(self) -> str:
         return f"Schedule({self.points!r}, kind={self.kind!r})"
+
+
+def share_schedule(points: object, key: str) -> Schedule:
+    """A linear schedule of a share (one value or [[frames, share], ...]), every value in
+    [0, 1], or ConfigError naming ``key``."""
+    sched = Schedule.from_config(points, "linear", key)
+    for f, v in sched.points:
+        require(0.0 <= v <= 1.0, key, f"value {v:g} at frame {f:g} must be in [0, 1]")
+    return sched

@@ -15,22 +15,30 @@ probability of a uniform random action at each step (recoveries are demonstrated
 races go to the buffer like any other; their actions are recorded with the network's Q
 values and whether they were its greedy choice. They are not evaluation: the learner keeps
 them out of finish rates and best times (RaceStats), like mid-track starts.
+
+The share is set per map: a map's cycle row names its own (`{map: hairpins, demos: 0.25}`,
+0 where unset), since what helps one map can slow another (technical drove 1.16x against
+1.13x with a share that lifted hairpins from 77% to 97-100% finished). A value of
+`exploration.demos.share` sets every map's share at once and takes precedence.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from omegaconf import MISSING
 
-from trackmind.agent.schedules import Schedule
+from trackmind.agent.schedules import Schedule, share_schedule
 from trackmind.defaults import exploration_extra
 from trackmind.errors import require
 from trackmind.game.actions import ACTIONS, N_ACTIONS
 from trackmind.game.contract import CarState
+
+if TYPE_CHECKING:
+    from trackmind.env.map_cycle import CycleEntry
 
 KEY = "exploration.demos"
 
@@ -39,19 +47,16 @@ KEY = "exploration.demos"
 class DemosConfig:
     """`exploration.demos`: how many exploration races the scripted driver drives, and how."""
 
-    # share of exploration races from the start line that are demonstrations: one value or
-    # [[frames, share], ...] (linear between points); 0: off
+    # share of exploration races from the start line that are demonstrations, on every map:
+    # one value or [[frames, share], ...] (linear between points); 0: off; None: each map's
+    # own (its cycle row's `demos`, 0 where unset)
     share: Any = MISSING
     pace: list[float] = field(default_factory=lambda: MISSING)  # [low, high] share of the
     # limit speed, drawn uniformly per race
     epsilon: float = MISSING  # probability of a uniform random action at each step
 
     def __post_init__(self) -> None:
-        sched = self.schedule()
-        for f, v in sched.points:
-            require(
-                0.0 <= v <= 1.0, f"{KEY}.share", f"value {v:g} at frame {f:g} must be in [0, 1]"
-            )
+        self.schedule()
         pace = list(self.pace)
         require(
             len(pace) == 2 and 0.0 < pace[0] <= pace[1] <= 1.5,
@@ -62,12 +67,23 @@ class DemosConfig:
             0.0 <= self.epsilon <= 1.0, f"{KEY}.epsilon", f"must be in [0, 1], got {self.epsilon!r}"
         )
 
-    def schedule(self) -> Schedule:
-        return Schedule.from_config(self.share, "linear", f"{KEY}.share")
+    def schedule(self) -> Schedule | None:
+        """Every map's share, or None where each map sets its own."""
+        return None if self.share is None else share_schedule(self.share, f"{KEY}.share")
 
-    @property
-    def enabled(self) -> bool:
-        return any(v > 0 for _, v in self.schedule().points)
+    def share_of(self, entry: CycleEntry) -> Schedule | None:
+        """The share of `entry`'s races: every map's when set, else the map's own (None: 0)."""
+        sched = self.schedule()
+        return entry.demos if sched is None else sched
+
+    def enabled_on(self, entries: Sequence[CycleEntry]) -> list[str]:
+        """The maps of `entries` with demonstration races at some point (empty: off)."""
+        out = []
+        for e in entries:
+            sched = self.share_of(e)
+            if sched is not None and any(v > 0 for _, v in sched.points) and e.name not in out:
+                out.append(e.name)
+        return out
 
     @staticmethod
     def from_config(cfg: Mapping | None) -> DemosConfig:
@@ -92,7 +108,7 @@ class Demonstrator:
         self, cfg: DemosConfig, n_cars: int, seed: int, frames: Callable[[], float], vehicle
     ) -> None:
         self.cfg = cfg
-        self.share = cfg.schedule()
+        self.share = cfg.schedule()  # None: each map's own (CycleEntry.demos)
         self.frames = frames
         self.vehicle = vehicle
         self.rng = np.random.default_rng([seed, 7])
@@ -101,10 +117,13 @@ class Demonstrator:
         self.steer = np.zeros(n_cars)
         self._laps: dict[str, Any] = {}
 
-    def start(self, cars: np.ndarray, eligible: np.ndarray) -> None:
-        """New races on `cars`; `eligible` marks those that may be demonstrations (exploration
-        races from the start line), a share of which the driver takes."""
-        share = self.share(self.frames())
+    def start(self, cars: np.ndarray, eligible: np.ndarray, entries: Sequence[CycleEntry]) -> None:
+        """New races on `cars`, on the maps `entries`; `eligible` marks those that may be
+        demonstrations (exploration races from the start line), a share of which (the map's,
+        or every map's) the driver takes."""
+        now = self.frames()
+        scheds = [self.share if self.share is not None else e.demos for e in entries]
+        share = np.array([0.0 if s is None else s(now) for s in scheds])
         draw = self.rng.random(len(cars)) < share
         self.active[cars] = draw & eligible
         lo, hi = self.cfg.pace

@@ -86,6 +86,6 @@ def make_demonstrator(
 ) -> Demonstrator | None:
     """A collector's scripted driver for demonstration races (None when exploration.demos is
     off); it drives the sim's car with the sim's own vehicle parameters."""
-    if not spec.demos.enabled:
+    if not spec.demos.enabled_on(spec.cycle):
         return None
     return Demonstrator(spec.demos, race.n_cars, seed, frames, race.game.vehicle)

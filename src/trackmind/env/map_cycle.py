@@ -13,6 +13,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
+from trackmind.agent.schedules import Schedule, share_schedule
 from trackmind.errors import ConfigError, check_schema, require
 from trackmind.sim.mapio import load_map
 from trackmind.sim.maps import expand_seed_range
@@ -31,6 +32,9 @@ class CycleEntryConfig:
     # a real map also names its challenge file and its author/medal time (conf/map/<name>.yaml)
     challenge: str | None = None
     reference_time_ms: float | None = None
+    # this map's share of demonstration races (collectors/demos.py): one value or
+    # [[frames, share], ...]; None: 0. exploration.demos.share, when set, overrides it
+    demos: Any = None
 
     def __post_init__(self) -> None:
         require(bool(self.map), "map", f"must be a map name or file, got {self.map!r}")
@@ -56,6 +60,7 @@ class CycleEntry:
     exploration: int = 4
     greedy: int = 1
     challenge: str | None = None  # the real game's challenge file (env.backend=tminterface)
+    demos: Schedule | None = None  # this map's share of demonstration races (None: 0)
 
 
 class MapCycle:
@@ -88,7 +93,7 @@ class MapCycle:
 
     @classmethod
     def from_config(cls, cfg: Any, key: str = "map.cycle") -> MapCycle:
-        """Entries `{map, exploration, greedy}`; a bare string is one map with defaults."""
+        """Entries `{map, exploration, greedy, ...}`; a bare string is one map with defaults."""
         if isinstance(cfg, (str, Mapping)):
             cfg = [cfg]
         try:
@@ -108,9 +113,10 @@ class MapCycle:
                 names = expand_seed_range(c.map)  # "narrow:301-420": an entry per seed
             except MapError as e:
                 raise ConfigError(f"{k}.map", str(e)) from None
+            demos = None if c.demos is None else share_schedule(c.demos, f"{k}.demos")
             for name in names:
                 track = _load_entry(name, c, k, loaded)
-                entries.append(CycleEntry(name, track, c.exploration, c.greedy, c.challenge))
+                entries.append(CycleEntry(name, track, c.exploration, c.greedy, c.challenge, demos))
         if all(e.exploration + e.greedy == 0 for e in entries):
             raise ConfigError(key, "every entry has 0 races")
         return cls(entries)

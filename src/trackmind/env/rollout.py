@@ -173,9 +173,8 @@ class GameInstanceManager:
         phis = race.potentials()
         demos = self.demos
         if demos is not None:  # exploration races from the start line may be demonstrations
-            demos.start(
-                cars, np.array([not g and int(c) not in saved for c, (_, g) in zip(cars, plan)])
-            )
+            eligible = np.array([not g and int(c) not in saved for c, (_, g) in zip(cars, plan)])
+            demos.start(cars, eligible, [entry for entry, _ in plan])
         for c, (entry, g) in zip(cars, plan):
             c = int(c)
             demo = demos is not None and bool(demos.active[c])

@@ -19,7 +19,7 @@ from trackmind.env.build import build_managers, env_config, float_dim_of, frame_
 from trackmind.env.map_cycle import CycleEntry, MapCycle
 from trackmind.env.mirror import FloatMirror
 from trackmind.env.observations import FLOATS
-from trackmind.errors import check_schema, require
+from trackmind.errors import ConfigError, check_schema, require
 from trackmind.replay.config import BufferConfig
 from trackmind.tracking.logger_config import LoggerConfig
 from trackmind.training.schema import (
@@ -35,6 +35,7 @@ from trackmind.training.validation import ValidationConfig, check_validation_map
 if TYPE_CHECKING:
     from trackmind.agent.network import IQNNetwork
     from trackmind.agent.network_config import NetworkConfig
+    from trackmind.collectors.demos import DemosConfig
     from trackmind.training.module import LearnerConfig
 
 
@@ -129,12 +130,6 @@ def plan_run(cfg: Any) -> RunPlan:
     exploration = build_exploration(top.exploration)
     starts = StartsConfig.from_config(top.exploration.get("starts"))
     demos = DemosConfig.from_config(top.exploration.get("demos"))
-    require(
-        not demos.enabled or env.get("backend", "sim") == "sim",
-        "exploration.demos.share",
-        "demonstration races need the scripted driver, which drives the sim only "
-        "(env.backend=sim); set exploration.demos.share=0",
-    )
     buffer = BufferConfig.from_dict(top.buffer)
     ms_per_action = env_config(env).action_ms
     buffer.horizon_actions(ms_per_action)
@@ -166,6 +161,7 @@ def plan_run(cfg: Any) -> RunPlan:
     checkpoint = check_schema(top.checkpoint, CheckpointConfig, "checkpoint")
     cycle = MapCycle.from_config(top.map.get("cycle"), "map.cycle")
     check_schema(top.map, MapConfig, "map")
+    check_demos_game(demos, cycle.entries, env.get("backend", "sim"))
     validation = check_schema(top.validation, ValidationConfig, "validation")
     held_out = check_validation_maps(
         validation, [e.name for e in cycle.entries], env.get("backend", "sim")
@@ -209,4 +205,19 @@ def plan_run(cfg: Any) -> RunPlan:
             starts=starts,
             demos=demos,
         ),
+    )
+
+
+def check_demos_game(demos: DemosConfig, entries: list[CycleEntry], backend: str) -> None:
+    """Demonstration races need the scripted driver, which drives the sim only: a ConfigError
+    naming exploration.demos.share, or map.cycle where a map's row asks for them."""
+    maps = demos.enabled_on(entries)
+    if not maps or backend == "sim":
+        return
+    every = demos.share is not None
+    raise ConfigError(
+        "exploration.demos.share" if every else "map.cycle",
+        "demonstration races need the scripted driver, which drives the sim only "
+        f"(env.backend=sim){'' if every else f'; map {maps[0]} sets demos'}; "
+        "set exploration.demos.share=0",
     )
