@@ -9,6 +9,8 @@
     python scripts/bench_learning.py --minutes 30 --maps technical --seeds 0 1 2  # the scatter
     python scripts/bench_learning.py --defaults-were learner.target_tau=0.02 --defaults-are \
         learner.target_tau=0.005    # after a change of defaults: re-key the saved rows
+    python scripts/bench_learning.py --defaults-of hairpins --defaults-were \
+        map.cycle.0.demos=null --defaults-are map.cycle.0.demos=0.25   # one map's own default
 
 Each item of --maps is a conf/map option (every built-in map has one); each runs
 `scripts/train.py map=<option> trainer.max_time_s=<minutes * 60>`, one run at a time, with
@@ -23,7 +25,8 @@ A row is keyed by its map option, budget and overrides, which mean the settings 
 the defaults it ran with. When the defaults change, `--defaults-were` and `--defaults-are`
 restate every saved row for the new ones: a defaults row gets the old values as overrides,
 an arm that became the defaults becomes a defaults row, and each moved row keeps the
-overrides it ran with in `overrides_as_run`.
+overrides it ran with in `overrides_as_run`. A map option's own default (a key of
+conf/map/<option>.yaml) is restated for that option's rows alone, with `--defaults-of`.
 
 Columns: minutes to the first greedy finish; greedy finish rate and median ratio (finished
 greedy races, race time / reference time) in the last 10 minutes (the last third of shorter
@@ -292,17 +295,25 @@ def rebased_tag(tag: str, was: dict[str, str], now: dict[str, str]) -> str:
     return " ".join([t for t in kept if not t.startswith("seed=")] + seeds)
 
 
-def rebase(saved: dict[str, list[dict]], was: dict[str, str], now: dict[str, str]) -> dict:
+def rebase(
+    saved: dict[str, list[dict]],
+    was: dict[str, str],
+    now: dict[str, str],
+    options: Sequence[str] | None = None,
+) -> dict:
     """The saved rows keyed for new defaults (`was` -> `now`, the same keys): a row run
     under the old defaults with no override becomes `k=<old> ...`, a row whose overrides
     were the new defaults becomes a defaults row. Each moved row keeps `overrides_as_run`.
-    Two rows landing on one key (the same settings run twice) are an error naming both."""
+    `options`: the map options whose defaults changed (None: every one); the others' rows
+    keep their keys. Two rows landing on one key (the same settings run twice) are an error
+    naming both."""
     if set(was) != set(now):
         raise ValueError(f"the changed defaults differ: {sorted(set(was) ^ set(now))}")
     out: dict[str, list[dict]] = {}
     for key, rows in saved.items():
         option, minutes, tag = key.split("|", 2)
-        new_tag = rebased_tag(tag, was, now)
+        mine = options is None or option in options
+        new_tag = rebased_tag(tag, was, now) if mine else tag
         new_key = f"{option}|{minutes}|{new_tag}"
         if new_key in out:
             raise ValueError(f"rows {key!r} and another both become {new_key!r}")
@@ -703,6 +714,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--defaults-are", nargs="+", metavar="KEY=VALUE", help="the new values of those keys"
     )
+    ap.add_argument(
+        "--defaults-of",
+        nargs="+",
+        metavar="OPTION",
+        help="the changed defaults are these map options' own (conf/map/<option>.yaml): only "
+        "their rows are re-keyed, and the change is checked against map=<option>",
+    )
     args = ap.parse_args(argv)
     args.tracking_uri = store_uri(args.tracking_uri)
     try:
@@ -715,14 +733,23 @@ def main(argv: list[str] | None = None) -> int:
         keys = ", ".join(sorted(set(was) ^ set(now)))
         print(f"error: --defaults-were and --defaults-are name other keys: {keys}", file=sys.stderr)
         return 2
+    if args.defaults_of and not was:
+        print("error: --defaults-of needs --defaults-were and --defaults-are", file=sys.stderr)
+        return 2
+    for option in args.defaults_of or []:
+        if not (MAP_CONF / f"{option}.yaml").is_file():
+            print(f"error: --defaults-of: no conf/map option {option!r}", file=sys.stderr)
+            return 2
     if was:
         from hydra import compose, initialize_config_dir
 
         with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-            problem = defaults_problem(was, now, compose("train"))
-        if problem:
-            print(f"error: {problem}", file=sys.stderr)
-            return 2
+            for over in [[f"map={o}"] for o in args.defaults_of or []] or [[]]:
+                problem = defaults_problem(was, now, compose("train", overrides=over))
+                if problem:
+                    where = f" (map={over[0][4:]})" if over else ""
+                    print(f"error: {problem}{where}", file=sys.stderr)
+                    return 2
     if not args.minutes > 0:
         print(f"error: --minutes must be > 0, got {args.minutes:g}", file=sys.stderr)
         return 2
@@ -740,7 +767,7 @@ def main(argv: list[str] | None = None) -> int:
     saved = json.loads(results_path.read_text()) if results_path.is_file() else {}
     if was:
         try:
-            saved = rebase(saved, was, now)
+            saved = rebase(saved, was, now, args.defaults_of)
         except ValueError as e:
             print(f"error: {args.results}: {e}", file=sys.stderr)
             return 2

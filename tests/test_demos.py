@@ -157,6 +157,41 @@ def test_demonstrations_on_another_game_name_the_key_that_asks_for_them():
     assert str(e.value).startswith("exploration.demos.share: demonstration races need")
 
 
+def test_a_maps_share_follows_its_own_schedule_over_frames():
+    frames = {"n": 0}
+    row = [{"map": "starter", "exploration": 1, "greedy": 0, "demos": [[0, 1.0], [1000, 0.0]]}]
+    race, gim = _gim(200, row, share=None, frames=lambda: frames["n"])
+    gim.begin()
+    assert gim.demos.active.all()
+    frames["n"] = 5000
+    gim.demos.start(np.arange(200), np.ones(200, bool), gim.cycle.entries * 200)
+    assert not gim.demos.active.any()
+
+
+@pytest.mark.parametrize(
+    "overrides, want",
+    [
+        (["map=hairpins"], ["hairpins"]),
+        (["map=technical"], []),
+        (["map=hairpins", "exploration=linesight"], ["hairpins"]),  # no demos section: the map's
+        (["map=hairpins", "exploration.demos.share=0"], []),
+        (["map=technical", "exploration.demos.share=0.25"], ["technical"]),
+    ],
+)
+def test_a_run_demonstrates_where_its_config_asks(overrides, want):
+    from hydra import compose, initialize_config_dir
+    from specs import CONF
+
+    from trackmind.collectors.parts import make_demonstrator
+    from trackmind.training.factory import plan_run
+
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
+        spec = plan_run(compose("train", overrides=overrides)).collectors
+    assert spec.demos.enabled_on(spec.cycle) == want
+    race, _ = _gim(2, [{"map": "starter"}], share=0.0)
+    assert (make_demonstrator(spec, race, 0, lambda: 0) is not None) == bool(want)
+
+
 def test_the_defaults_demonstrate_on_hairpins_alone():
     from trackmind.defaults import conf_option
 

@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from trackmind.agent.schedules import Schedule, schedule_value
 from trackmind.errors import ConfigError
+from trackmind.schedules import Schedule, schedule_value
 
 EPS = [(0, 1.0), (300_000, 0.1), (3_000_000, 0.03)]
 

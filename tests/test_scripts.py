@@ -400,6 +400,42 @@ def test_bench_learning_rebase_for_new_defaults_by_hand():
         bench.rebase(saved, was, {"trainer.torch_threads": "1"})
 
 
+def test_bench_learning_rebase_of_one_maps_own_default(tmp_path, capsys):
+    """A map option's own default (a key of its cycle row) re-keys that option's rows alone,
+    checked against map=<option>; other maps' rows keep their keys."""
+    bench = load_script("bench_learning")
+    saved = {
+        "hairpins|30|": [{"overrides": ""}],
+        "hairpins|30|seed=1": [{"overrides": "seed=1"}],
+        "hairpins|30|exploration.demos.share=0.0 seed=1": [{"overrides": "x"}],
+        "technical|10|": [{"overrides": ""}],
+    }
+    was, now = {"map.cycle.0.demos": "null"}, {"map.cycle.0.demos": "0.25"}
+    out = bench.rebase(saved, was, now, ["hairpins"])
+    assert list(out) == [
+        "hairpins|30|map.cycle.0.demos=null",
+        "hairpins|30|map.cycle.0.demos=null seed=1",
+        "hairpins|30|map.cycle.0.demos=null exploration.demos.share=0.0 seed=1",
+        "technical|10|",
+    ]
+    assert out["hairpins|30|map.cycle.0.demos=null seed=1"][0]["overrides_as_run"] == "seed=1"
+    assert out["technical|10|"] == saved["technical|10|"]
+    # through the command line, against the shipped conf/map/hairpins.yaml
+    results = tmp_path / "rows.json"
+    results.write_text(json.dumps(saved))
+    argv = ["--results", str(results), "--no-page", "--defaults-of", "hairpins"]
+    ok = ["--defaults-were", "map.cycle.0.demos=null", "--defaults-are", "map.cycle.0.demos=0.25"]
+    assert bench.main([*argv, *ok]) == 0
+    assert list(json.loads(results.read_text())) == list(out)
+    wrong = ["--defaults-were", "map.cycle.0.demos=null", "--defaults-are", "map.cycle.0.demos=0.5"]
+    assert bench.main([*argv, *wrong]) == 2
+    assert "but the config's default is 0.25 (map=hairpins)" in capsys.readouterr().err
+    assert bench.main(["--results", str(results), "--defaults-of", "hairpins"]) == 2
+    assert "--defaults-of needs --defaults-were" in capsys.readouterr().err
+    assert bench.main([*argv[:4], "nowhere", *ok]) == 2
+    assert "--defaults-of: no conf/map option 'nowhere'" in capsys.readouterr().err
+
+
 def test_bench_learning_defaults_change_must_be_the_configs(tmp_path, capsys):
     """--defaults-are must be what the config composes to now, --defaults-were must not."""
     from omegaconf import OmegaConf

@@ -10,7 +10,7 @@ from trackmind.agent.inference import InferenceNetwork, greedy_q, make_inference
 from trackmind.agent.loss import NonFiniteGuard, iqn_loss
 from trackmind.agent.network import IQNNetwork, random_taus, stratified_symmetric_taus
 from trackmind.agent.network_config import NetworkConfig, build_network, network_config
-from trackmind.agent.schedules import Schedule, schedule_value
+from trackmind.schedules import Schedule, schedule_value
 
 __all__ = [
     "Exploration",

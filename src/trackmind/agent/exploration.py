@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 from omegaconf import MISSING
 
-from trackmind.agent.schedules import Schedule
 from trackmind.errors import ConfigError, check_schema, require
+from trackmind.schedules import Schedule
 
 PREFIX = "exploration"
 POLICIES = ("greedy", "epsilon_greedy", "linesight", "boltzmann")

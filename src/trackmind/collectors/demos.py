@@ -31,11 +31,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from omegaconf import MISSING
 
-from trackmind.agent.schedules import Schedule, share_schedule
 from trackmind.defaults import exploration_extra
 from trackmind.errors import require
 from trackmind.game.actions import ACTIONS, N_ACTIONS
 from trackmind.game.contract import CarState
+from trackmind.schedules import Schedule, share_schedule
 
 if TYPE_CHECKING:
     from trackmind.env.map_cycle import CycleEntry
@@ -88,8 +88,9 @@ class DemosConfig:
     @staticmethod
     def from_config(cfg: Mapping | None) -> DemosConfig:
         """`exploration.demos` checked; keys it leaves out take conf/exploration/fast.yaml's
-        values (an exploration option without `demos` has them off: share 0)."""
-        return exploration_extra(cfg, "demos", DemosConfig)
+        values. An exploration option without `demos` leaves the share to each map (null), so
+        `map=hairpins exploration=linesight` demonstrates as hairpins asks."""
+        return exploration_extra({"share": None} if cfg is None else cfg, "demos", DemosConfig)
 
 
 def steer_direction(action: int) -> int:

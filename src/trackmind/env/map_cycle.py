@@ -13,8 +13,8 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from trackmind.agent.schedules import Schedule, share_schedule
 from trackmind.errors import ConfigError, check_schema, require
+from trackmind.schedules import Schedule, share_schedule
 from trackmind.sim.mapio import load_map
 from trackmind.sim.maps import expand_seed_range
 from trackmind.sim.track import MapError, Track

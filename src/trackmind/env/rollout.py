@@ -18,6 +18,7 @@ them); `rollout()` is the single-race form used with the real game and for evalu
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -213,7 +214,7 @@ class GameInstanceManager:
             raise ValueError(f"rollout() races one car; this game has {self.race.n_cars}")
         saved = self.cycle
         if entry is not None:
-            one = CycleEntry(entry.name, entry.track, int(not greedy), int(greedy))
+            one = replace(entry, exploration=int(not greedy), greedy=int(greedy))
             self.cycle = MapCycle([one])
         try:
             return next(self.races(policy))

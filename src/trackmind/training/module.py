@@ -32,10 +32,10 @@ from trackmind.agent.network import (
     stratified_symmetric_taus,
 )
 from trackmind.agent.resets import reset_optimizer_state_, reset_slot, shrink_perturb_
-from trackmind.agent.schedules import Schedule
 from trackmind.agent.self_predictive import SelfPredictiveHead, self_predictive_loss
 from trackmind.env.mirror import MIRRORED_ACTIONS, FloatMirror, mirror_batch
 from trackmind.errors import ConfigError, check_schema, require
+from trackmind.schedules import Schedule
 from trackmind.training.adam_step import adam_state, clipped_adam_step_
 from trackmind.training.captured_step import CapturedStep
 from trackmind.training.side_thread import on_side_thread
