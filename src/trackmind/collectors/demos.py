@@ -73,8 +73,7 @@ class DemosConfig:
 
     def share_of(self, entry: CycleEntry) -> Schedule | None:
         """The share of `entry`'s races: every map's when set, else the map's own (None: 0)."""
-        sched = self.schedule()
-        return entry.demos if sched is None else sched
+        return map_share(self.schedule(), entry)
 
     def enabled_on(self, entries: Sequence[CycleEntry]) -> list[str]:
         """The maps of `entries` with demonstration races at some point (empty: off)."""
@@ -91,6 +90,11 @@ class DemosConfig:
         values. An exploration option without `demos` leaves the share to each map (null), so
         `map=hairpins exploration=linesight` demonstrates as hairpins asks."""
         return exploration_extra({"share": None} if cfg is None else cfg, "demos", DemosConfig)
+
+
+def map_share(every: Schedule | None, entry: CycleEntry) -> Schedule | None:
+    """The share of `entry`'s races: `every` map's when set, else the map's own (None: 0)."""
+    return entry.demos if every is None else every
 
 
 def steer_direction(action: int) -> int:
@@ -123,7 +127,7 @@ class Demonstrator:
         demonstrations (exploration races from the start line), a share of which (the map's,
         or every map's) the driver takes."""
         now = self.frames()
-        scheds = [self.share if self.share is not None else e.demos for e in entries]
+        scheds = [map_share(self.share, e) for e in entries]
         share = np.array([0.0 if s is None else s(now) for s in scheds])
         draw = self.rng.random(len(cars)) < share
         self.active[cars] = draw & eligible
