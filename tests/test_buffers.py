@@ -6,6 +6,7 @@ import torch
 
 from trackmind.errors import ConfigError
 from trackmind.replay.buffers import make_buffers
+from trackmind.replay.config import BufferConfig
 from trackmind.replay.experience import Experience
 from trackmind.replay.transition_buffer import TransitionBuffer, record_nbytes
 
@@ -379,3 +380,47 @@ def test_adding_and_sampling_never_synchronise_a_device(monkeypatch, prioritized
         feed.add(t_count)
         check_batch(buf, 16)
     assert syncs == []
+
+
+def test_n_steps_schedule_by_hand():
+    # [[0, 3], [1000, 6]]: 3 + 3 * frames / 1000, rounded half up; held after the last point
+    cfg = BufferConfig.from_dict(small_config(n_steps=6, n_steps_schedule=[[0, 3], [1000, 6]]))
+    reads = [cfg.n_steps_at(f) for f in (0, 166, 167, 500, 999, 1000, 10**7)]
+    assert reads == [3, 3, 4, 5, 6, 6, 6]
+    assert BufferConfig.from_dict(small_config()).n_steps_at(10**7) == 3  # no schedule: n_steps
+    assert cfg.to_dict()["n_steps_schedule"] == [[0.0, 3], [1000.0, 6]]
+    for bad, why in (
+        ([[0, 3], [1000, 7]], r"point 1: n must be an integer in \[1, buffer.n_steps = 6\]"),
+        ([[0, 2.5]], r"point 0: n must be an integer"),
+        ([[0, 3], [0, 4]], "frames must increase strictly"),
+    ):
+        with pytest.raises(ConfigError, match=rf"^buffer.n_steps_schedule: {why}"):
+            make_buffers(small_config(n_steps=6, n_steps_schedule=bad), (1, 2, 2), 2)
+
+
+def test_stored_n_read_with_fewer_steps_is_the_smaller_n():
+    # A race with exploratory actions and a finish, stored with n = 6 and read with 3 (the
+    # schedule's first point), gives the batch that storing it with n = 3 gives, value by
+    # value: a transition keeps its partial returns. At the schedule's end it reads 6 steps.
+    race = dict(rollout(200), finished=True, race_time=20_000)
+    race["rewards"] = [0.1 * (s % 7) - 0.2 for s in range(200)]
+    race["action_was_greedy"] = [s % 11 != 5 for s in range(200)]
+    kw = dict(test_fraction=0.0)
+    stored6 = make_buffers(
+        small_config(n_steps=6, n_steps_schedule=[[0, 3], [1000, 6]], **kw), (1, 2, 2), 2, seed=3
+    )
+    stored3 = make_buffers(small_config(n_steps=3, **kw), (1, 2, 2), 2, seed=3)
+    for rb in (stored6, stored3):
+        rb.add_rollout(race, gamma=0.9)
+    assert stored6.n_steps_now == 3
+    a, b = stored6.sample(128), stored3.sample(128)
+    assert a.keys() == b.keys()
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], msg=key)
+    stored6.update_capacity(1000)
+    assert stored6.n_steps_now == 6
+    batch = stored6.sample(256)
+    steps = (batch["next_state_float"][:, 1] - batch["state_float"][:, 1]).long()
+    stored_n = stored6.buffer.rb.storage.get(batch["indices"])["n_steps"].long()
+    np.testing.assert_array_equal(steps, stored_n)
+    assert int(steps.max()) == 6

@@ -93,6 +93,11 @@ class ReplayBuffers:
         return len(self.buffer)
 
     @property
+    def n_steps_now(self) -> int:
+        """The n the learner reads at the frames played so far (buffer.n_steps_schedule)."""
+        return self.config.n_steps_at(self.frames)
+
+    @property
     def ready(self) -> bool:
         """Enough transitions in buffer to start learning."""
         return len(self.buffer) >= self.config.learning_starts
@@ -138,13 +143,13 @@ class ReplayBuffers:
         t0 = time.perf_counter()
         with self.lock:
             self.sample_lock_wait_s += time.perf_counter() - t0
-            return self.buffer.sample(batch_size)
+            return self.buffer.sample(batch_size, self.n_steps_now)
 
     @_locked
     def sample_test(self, batch_size: int) -> dict[str, torch.Tensor]:
         if self.buffer_test is None or len(self.buffer_test) == 0:
             raise RuntimeError("buffer_test is empty (or test_fraction is 0)")
-        return self.buffer_test.sample(batch_size)
+        return self.buffer_test.sample(batch_size, self.n_steps_now)
 
     @_locked
     def update_priorities(self, indices: torch.Tensor, per_sample_loss: torch.Tensor) -> None:

@@ -44,12 +44,16 @@ def buffer_collate_function(
     weights: torch.Tensor | None = None,
     clock: torch.Tensor | None = None,
     value_bound: tuple[float, float] | None = None,
+    max_n: int | None = None,
 ) -> dict[str, torch.Tensor]:
     """The learner's batch from records (state_gid, action, n_steps, rewards, gammas,
     terminal_actions, end_rate). Clocks are drawn from ``generator`` unless ``clock`` is given.
-    ``value_bound`` (rate, once) adds the ``target_max`` key."""
+    ``value_bound`` (rate, once) adds the ``target_max`` key. ``max_n`` reads each transition
+    with at most that many steps (its partial return, and the state that many steps on)."""
     state_gid = records["state_gid"]
     n_steps = records["n_steps"].to(torch.int64)
+    if max_n is not None:
+        n_steps = n_steps.clamp(max=int(max_n))
     batch = len(state_gid)
     frames, floats, potential = states.gather(torch.cat((state_gid, state_gid + n_steps)))
     if clock is None:

@@ -11,6 +11,7 @@ from omegaconf import MISSING
 
 from trackmind.defaults import checked_with_defaults, conf_option
 from trackmind.errors import require
+from trackmind.schedules import schedule_value, validate_points
 
 
 def capacity_at(schedule: Sequence[tuple[int, int]], frames: float) -> int:
@@ -24,6 +25,12 @@ def capacity_at(schedule: Sequence[tuple[int, int]], frames: float) -> int:
         if frames >= f:
             size = s
     return int(size)
+
+
+def n_steps_at(schedule: Sequence[tuple[float, int]], frames: float) -> int:
+    """The n of a [[frames, n], ...] schedule after ``frames`` frames: linear between the
+    points, rounded half up (3 -> 6 over 1M frames reads 4 from 166,667 frames on)."""
+    return int(math.floor(schedule_value(schedule, frames) + 0.5))
 
 
 FRAMES_ON = ("auto", "host", "device")
@@ -67,6 +74,11 @@ class BufferConfig:
     test_fraction: float = MISSING
     chunk_length: int = MISSING
     n_steps: int = MISSING
+    # the n the learner reads, growing or falling with the frames played: [[frames, n], ...]
+    # (linear between points, rounded), each n in [1, n_steps]; transitions are stored with
+    # n_steps and read with fewer (their partial returns are kept). None: n_steps throughout;
+    # a default here too, for the checkpoints of runs from before the key
+    n_steps_schedule: Any = None
     cut_at_non_greedy: bool = MISSING
     mini_race_duration_ms: int = MISSING
     prioritized: bool = MISSING
@@ -98,6 +110,8 @@ class BufferConfig:
         require(ok, "buffer.lost_ends", f"must be a list of termination terms, got {ends!r}")
         self.lost_ends = tuple(ends)
         self.validate()
+        if self.n_steps_schedule is not None:
+            self.n_steps_schedule = _n_steps_schedule(self.n_steps_schedule, self.n_steps)
 
     @classmethod
     def from_dict(cls, cfg: Mapping[str, Any] | None) -> BufferConfig:
@@ -206,6 +220,12 @@ class BufferConfig:
     def capacity(self, frames: float) -> int:
         return capacity_at(self.capacity_schedule, frames)
 
+    def n_steps_at(self, frames: float) -> int:
+        """The n the learner reads after ``frames`` frames (n_steps without a schedule)."""
+        if self.n_steps_schedule is None:
+            return self.n_steps
+        return n_steps_at(self.n_steps_schedule, frames)
+
     def max_frame_bytes(self, frame_bytes: int) -> int:
         """Bytes of frames when buffer and buffer_test are full at the largest capacity."""
         top = max(s for _, s in self.capacity_schedule)
@@ -216,6 +236,8 @@ class BufferConfig:
         d = asdict(self)
         d["capacity_schedule"] = [list(p) for p in self.capacity_schedule]
         d["lost_ends"] = list(self.lost_ends)
+        if self.n_steps_schedule is not None:
+            d["n_steps_schedule"] = [list(p) for p in self.n_steps_schedule]
         return d
 
 
@@ -238,3 +260,17 @@ def _schedule(points: Any, prefix: str) -> tuple[tuple[int, int], ...]:
             require(f > pairs[i - 1][0], k, f"frames must increase: {pairs[i - 1][0]} then {f}")
             require(s >= pairs[i - 1][1], k, f"capacity only grows: {pairs[i - 1][1]} then {s}")
     return tuple((int(f), int(s)) for f, s in pairs)
+
+
+def _n_steps_schedule(points: Any, n_steps: int) -> tuple[tuple[float, int], ...]:
+    """[[frames, n], ...] with integer n in [1, n_steps] (the n stored), or ConfigError."""
+    k = "buffer.n_steps_schedule"
+    pairs = validate_points(points, "linear", k)
+    for i, (_, n) in enumerate(pairs):
+        require(
+            n == int(n) and 1 <= n <= n_steps,
+            k,
+            f"point {i}: n must be an integer in [1, buffer.n_steps = {n_steps}] (the n stored), "
+            f"got {n:g}",
+        )
+    return tuple((f, int(n)) for f, n in pairs)

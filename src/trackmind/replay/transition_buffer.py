@@ -183,8 +183,9 @@ class TransitionBuffer:
 
     # ---- sampling -----------------------------------------------------------------------
 
-    def sample(self, batch_size: int) -> dict[str, torch.Tensor]:
-        """A mini-race batch (see collate.buffer_collate_function for its keys)."""
+    def sample(self, batch_size: int, max_n: int | None = None) -> dict[str, torch.Tensor]:
+        """A mini-race batch (see collate.buffer_collate_function for its keys), each
+        transition read with at most ``max_n`` of its stored steps when given."""
         records, info = self.rb.sample(batch_size, return_info=True)
         return buffer_collate_function(
             records,
@@ -194,6 +195,7 @@ class TransitionBuffer:
             indices=info["index"],
             weights=info.get("priority_weight"),
             value_bound=self.value_bound,
+            max_n=max_n,
         )
 
     def update_priorities(self, indices: torch.Tensor, per_sample_loss: torch.Tensor) -> None:

@@ -99,6 +99,7 @@ class RaceMetricsCallback(L.Callback):
         m.update(self._sampling_times(dm))
         m["buffer/size"] = float(len(dm.buffers))
         m["buffer/transitions_added"] = float(dm.transitions_added)
+        m["buffer/n_steps"] = float(dm.buffers.n_steps_now)  # the n read (n_steps_schedule)
         m["frames"] = float(dm.shared.frames.value)
         if self.pool is not None:
             m["collector/alive"] = float(self.pool.alive())
