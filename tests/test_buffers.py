@@ -398,14 +398,25 @@ def test_n_steps_schedule_by_hand():
             make_buffers(small_config(n_steps=6, n_steps_schedule=bad), (1, 2, 2), 2)
 
 
-def test_stored_n_read_with_fewer_steps_is_the_smaller_n():
-    # A race with exploratory actions and a finish, stored with n = 6 and read with 3 (the
-    # schedule's first point), gives the batch that storing it with n = 3 gives, value by
-    # value: a transition keeps its partial returns. At the schedule's end it reads 6 steps.
-    race = dict(rollout(200), finished=True, race_time=20_000)
+@pytest.mark.parametrize("prioritized", [False, True])
+@pytest.mark.parametrize("end", ["finish", "lost"])
+def test_stored_n_read_with_fewer_steps_is_the_smaller_n(end, prioritized):
+    # A race with exploratory actions that finishes, or is lost (with a penalty and an end
+    # rate), stored with n = 6 and read with 3 (the schedule's first point), gives the batch
+    # that storing it with n = 3 gives, value by value, value bound included: a transition
+    # keeps its partial returns. At the schedule's end it reads up to 6 steps.
+    race = dict(rollout(200), finished=end == "finish", race_time=20_000)
+    if end == "lost":
+        race["end"] = ["stuck"]
     race["rewards"] = [0.1 * (s % 7) - 0.2 for s in range(200)]
     race["action_was_greedy"] = [s % 11 != 5 for s in range(200)]
-    kw = dict(test_fraction=0.0)
+    kw = dict(
+        test_fraction=0.0,
+        lost_ends=["stuck"],
+        lost_penalty=4.0,
+        value_bound_rate=0.0,
+        prioritized=prioritized,
+    )
     stored6 = make_buffers(
         small_config(n_steps=6, n_steps_schedule=[[0, 3], [1000, 6]], **kw), (1, 2, 2), 2, seed=3
     )
@@ -414,7 +425,7 @@ def test_stored_n_read_with_fewer_steps_is_the_smaller_n():
         rb.add_rollout(race, gamma=0.9)
     assert stored6.n_steps_now == 3
     a, b = stored6.sample(128), stored3.sample(128)
-    assert a.keys() == b.keys()
+    assert a.keys() == b.keys() and "target_max" in a
     for key in a:
         torch.testing.assert_close(a[key], b[key], msg=key)
     stored6.update_capacity(1000)

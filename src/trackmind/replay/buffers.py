@@ -97,6 +97,10 @@ class ReplayBuffers:
         """The n the learner reads at the frames played so far (buffer.n_steps_schedule)."""
         return self.config.n_steps_at(self.frames)
 
+    def _read_n(self) -> int | None:
+        """The n to read batches with; None (every stored step) without a schedule."""
+        return None if self.config.n_steps_schedule is None else self.n_steps_now
+
     @property
     def ready(self) -> bool:
         """Enough transitions in buffer to start learning."""
@@ -143,13 +147,13 @@ class ReplayBuffers:
         t0 = time.perf_counter()
         with self.lock:
             self.sample_lock_wait_s += time.perf_counter() - t0
-            return self.buffer.sample(batch_size, self.n_steps_now)
+            return self.buffer.sample(batch_size, self._read_n())
 
     @_locked
     def sample_test(self, batch_size: int) -> dict[str, torch.Tensor]:
         if self.buffer_test is None or len(self.buffer_test) == 0:
             raise RuntimeError("buffer_test is empty (or test_fraction is 0)")
-        return self.buffer_test.sample(batch_size, self.n_steps_now)
+        return self.buffer_test.sample(batch_size, self._read_n())
 
     @_locked
     def update_priorities(self, indices: torch.Tensor, per_sample_loss: torch.Tensor) -> None:
