@@ -151,6 +151,12 @@ class GreedyConfig:
     policy: str = "greedy"
     starts: Any = None  # mid-track starts: the collectors' (game/starts.py StartsConfig)
     demos: Any = None  # demonstration races: the collectors' (collectors/demos.py DemosConfig)
+    sticky: float = 0.0  # probability that an exploration race's car repeats its previous
+    # action instead of the chosen one (env/sticky.py); 0: off
+
+    def __post_init__(self) -> None:
+        p = self.sticky
+        require(0.0 <= p < 1.0, f"{PREFIX}.sticky", f"must be a probability in [0, 1), got {p!r}")
 
 
 @dataclass
@@ -159,6 +165,7 @@ class BoltzmannConfig(GreedyConfig):
     temperature_kind: str = "linear"
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         _schedule(self.temperature, self.temperature_kind, "temperature", False)
 
 
@@ -170,6 +177,7 @@ class EpsilonGreedyConfig(GreedyConfig):
     hold_max: int = 1
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         _schedule(self.epsilon, self.epsilon_kind, "epsilon", True)
         hm = self.hold_max
         require(hm >= 1, f"{PREFIX}.hold_max", f"must be an integer >= 1 (1: no holds), got {hm!r}")
@@ -209,6 +217,7 @@ class Exploration:
     temperature: Schedule | None = None
     hold_mu: float = 2.0
     hold_max: int = 1
+    sticky: float = 0.0  # exploration races' sticky-action probability (env/sticky.py)
 
     def params(self, frames: float, explore: bool = True) -> PolicyParams:
         """Settings after ``frames`` frames; explore=False gives greedy (evaluation races)."""
@@ -248,17 +257,15 @@ def build_exploration(cfg: Mapping) -> Exploration:
             f"{PREFIX}.policy", f"must be one of {', '.join(SCHEMAS)}, got {policy!r}"
         )
     c = check_schema(cfg, SCHEMAS[policy], PREFIX)
+    common = {"sticky": float(c.sticky)}
     if isinstance(c, BoltzmannConfig):
-        return Exploration(
-            policy, temperature=_schedule(c.temperature, c.temperature_kind, "temperature", False)
-        )
+        temperature = _schedule(c.temperature, c.temperature_kind, "temperature", False)
+        return Exploration(policy, temperature=temperature, **common)
     if not isinstance(c, EpsilonGreedyConfig):
-        return Exploration("greedy")
+        return Exploration("greedy", **common)
     epsilon = _schedule(c.epsilon, c.epsilon_kind, "epsilon", True)
-    hold = {"hold_mu": float(c.hold_mu), "hold_max": int(c.hold_max)}
+    common |= {"epsilon": epsilon, "hold_mu": float(c.hold_mu), "hold_max": int(c.hold_max)}
     if not isinstance(c, LinesightConfig):
-        return Exploration(policy, epsilon=epsilon, **hold)
+        return Exploration(policy, **common)
     eps_b = _schedule(c.epsilon_boltzmann, c.epsilon_boltzmann_kind, "epsilon_boltzmann", True)
-    return Exploration(
-        policy, epsilon=epsilon, epsilon_boltzmann=eps_b, noise_scale=float(c.noise_scale), **hold
-    )
+    return Exploration(policy, epsilon_boltzmann=eps_b, noise_scale=float(c.noise_scale), **common)

@@ -97,6 +97,7 @@ def _run(
         make_demonstrator,
         make_policy,
         make_start_bank,
+        make_sticky,
     )
     from trackmind.env.rollout import GameInstanceManager
 
@@ -120,7 +121,11 @@ def _run(
     acting = make_policy(spec, infer, race.n_cars, seed, frames=frames, remote=remote)
     starts = make_start_bank(spec, seed)
     gim = GameInstanceManager(
-        race, cycle, starts=starts, demos=make_demonstrator(spec, race, seed, frames)
+        race,
+        cycle,
+        starts=starts,
+        demos=make_demonstrator(spec, race, seed, frames),
+        sticky=make_sticky(spec, race.n_cars, seed),
     )
 
     def policy(obs: dict[str, Any], greedy: np.ndarray):

@@ -15,6 +15,7 @@ from trackmind.collectors.demos import Demonstrator
 from trackmind.env.build import float_dim_of, frame_shape_of, make_race
 from trackmind.env.map_cycle import MapCycle
 from trackmind.env.observations import FLOATS
+from trackmind.env.sticky import StickyActions
 from trackmind.game.starts import StartBank
 
 if TYPE_CHECKING:
@@ -79,6 +80,12 @@ def make_policy(
 def make_start_bank(spec: CollectorSpec, seed: int) -> StartBank | None:
     """A collector's bank of mid-track start states (None when exploration.starts is off)."""
     return StartBank(spec.starts, seed) if spec.starts.share > 0 else None
+
+
+def make_sticky(spec: CollectorSpec, n_cars: int, seed: int) -> StickyActions | None:
+    """A collector's sticky actions for its exploration races (None when off)."""
+    p = spec.exploration.sticky
+    return StickyActions(p, n_cars, seed) if p > 0 else None
 
 
 def make_demonstrator(

@@ -7,7 +7,8 @@ car_gear_and_wheels, positions, speeds, and each potential in `potentials`), plu
 (ms, None when the race was cut), finished, map, car (its index in the batch),
 furthest_zone_idx, end (the termination terms that fired), mid_track (the race started
 from a saved state along the map, see game/starts.py; its time is no race time), demo (the
-scripted driver drove it, see collectors/demos.py).
+scripted driver drove it, see collectors/demos.py). `actions` are the policy's choices; with
+sticky actions (env/sticky.py) an exploration car may have driven its previous one instead.
 
 With the vectorized sim every car runs its own race: `races()` steps them together with
 batched inference and yields each race as it ends; `begin()`/`advance()` are the same loop
@@ -33,6 +34,7 @@ from trackmind.game.starts import StartBank
 
 if TYPE_CHECKING:
     from trackmind.collectors.demos import Demonstrator
+    from trackmind.env.sticky import StickyActions
 
 # policy(obs (batched dict), greedy (B,) bool) -> (actions (B,), q_values (B, A), was_greedy (B,))
 Policy = Callable[[Any, np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
@@ -99,12 +101,14 @@ class GameInstanceManager:
         monitor: PipelineMonitor | None = None,
         starts: StartBank | None = None,
         demos: Demonstrator | None = None,
+        sticky: StickyActions | None = None,
     ):
         self.race = race
         self.cycle = cycle
         self.monitor = monitor or PipelineMonitor()
         self.starts = starts  # mid-track starts of exploration races (None: off)
         self.demos = demos  # exploration races the scripted driver drives (None: off)
+        self.sticky = sticky  # exploration races' cars may repeat their last action (None: off)
         self._next_point = np.zeros(race.n_cars, np.int64)  # next point to save a state at
         self.obs: Any = None  # the batched observation of the current step (after begin())
         self.greedy = np.zeros(race.n_cars, bool)  # which cars race greedily (evaluation)
@@ -131,8 +135,14 @@ class GameInstanceManager:
             actions, was_greedy = self.demos.drive(
                 race.car, race.tracks, race.action_ms / 1000.0, actions, q, was_greedy
             )
+        executed = actions  # the records keep the chosen actions; the game may stick
+        if self.sticky is not None:
+            exploring = ~self.greedy
+            if self.demos is not None:
+                exploring &= ~self.demos.active
+            executed = self.sticky.apply(actions, exploring)
         with mon.stage("game_step"):
-            self.obs, reward, terminated, truncated, info = race.step(actions)
+            self.obs, reward, terminated, truncated, info = race.step(executed)
         mon.count_actions(race.n_cars)
         phis = race.potentials()
         done = terminated | truncated
@@ -172,6 +182,8 @@ class GameInstanceManager:
             if saved:
                 self.obs, _ = race.restore(list(saved), list(saved.values()))
         phis = race.potentials()
+        if self.sticky is not None:
+            self.sticky.reset(cars)
         demos = self.demos
         if demos is not None:  # exploration races from the start line may be demonstrations
             eligible = np.array([not g and int(c) not in saved for c, (_, g) in zip(cars, plan)])

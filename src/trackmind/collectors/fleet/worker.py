@@ -43,9 +43,10 @@ class EnvWorker:
         monitor: PipelineMonitor,
         starts: Any = None,
         demos: Any = None,
+        sticky: Any = None,
     ) -> None:
         self.index = index
-        self.gim = GameInstanceManager(race, cycle, monitor, starts, demos)
+        self.gim = GameInstanceManager(race, cycle, monitor, starts, demos, sticky)
         self.n_cars = int(race.n_cars)
         self.start_version = np.zeros(self.n_cars, np.int64)  # weights version at race start
 
@@ -108,6 +109,7 @@ class RolloutWorker:
             make_demonstrator,
             make_policy,
             make_start_bank,
+            make_sticky,
         )
 
         col = spec.collector
@@ -123,7 +125,8 @@ class RolloutWorker:
             race, cycle, env_net = build_collector_parts(spec, n_cars, offset=index * n_envs + e)
             starts = make_start_bank(spec, seed * 1000 + e)
             demos = make_demonstrator(spec, race, seed * 1000 + e, self.frames)
-            self.envs.append(EnvWorker(e, race, cycle, self.monitor, starts, demos))
+            sticky = make_sticky(spec, n_cars, seed * 1000 + e)
+            self.envs.append(EnvWorker(e, race, cycle, self.monitor, starts, demos, sticky))
             net = net if net is not None else env_net
         cuda = worker_cuda_available(col, torch.cuda.is_available())  # a GPU it reserved
         net.to(resolve_device(col.device, cuda))

@@ -1,0 +1,79 @@
+"""Sticky actions: by hand, their draws, the config key, and the races that use them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from trackmind.agent.exploration import build_exploration
+from trackmind.env.build import default_env_config, make_race
+from trackmind.env.map_cycle import MapCycle
+from trackmind.env.rollout import GameInstanceManager
+from trackmind.env.sticky import StickyActions, sticky_actions
+from trackmind.errors import ConfigError
+
+
+def test_sticky_actions_by_hand():
+    chosen = np.array([4, 5, 6, 7, 8])
+    previous = np.array([1, 1, -1, 2, 3])
+    draws = np.array([0.1, 0.3, 0.0, 0.1, 0.1])
+    eligible = np.array([True, True, True, True, False])
+    # car 0 sticks (0.1 < 0.25); car 1 draws above p; car 2 has no previous action;
+    # car 3 sticks; car 4 is not eligible (a greedy race or a demonstration)
+    out = sticky_actions(chosen, previous, draws, 0.25, eligible)
+    assert out.tolist() == [1, 5, 6, 2, 8]
+    assert sticky_actions(chosen, previous, draws, 0.0, eligible).tolist() == chosen.tolist()
+
+
+def test_sticky_draws_repeat_at_rate_p_and_restart_with_the_race():
+    s = StickyActions(0.25, n_cars=4000, seed=0)
+    everyone = np.ones(4000, bool)
+    first = s.apply(np.zeros(4000, np.int64), everyone)
+    assert (first == 0).all()  # a race's first action is always the chosen one
+    second = s.apply(np.ones(4000, np.int64), everyone)
+    assert abs((second == 0).mean() - 0.25) < 0.03  # stuck on the previous action
+    s.reset(np.arange(2000))
+    third = s.apply(np.full(4000, 2, np.int64), everyone)
+    assert (third[:2000] == 2).all()  # new races: nothing to repeat
+    assert set(third[2000:].tolist()) <= {0, 1, 2}  # the previous executed action, 0 or 1
+    with pytest.raises(ValueError, match="sticky"):
+        StickyActions(1.0, 1, 0)
+
+
+@pytest.mark.parametrize("p", [1.0, -0.1])
+def test_sticky_config_names_the_key(p):
+    with pytest.raises(ConfigError) as e:
+        build_exploration({"policy": "epsilon_greedy", "epsilon": 0.1, "sticky": p})
+    assert e.value.key == "exploration.sticky"
+
+
+def test_sticky_config_reaches_every_policy():
+    assert build_exploration({"policy": "greedy", "sticky": 0.2}).sticky == 0.2
+    cfg = {"policy": "linesight", "epsilon": 0.1, "epsilon_boltzmann": 0.1, "sticky": 0.25}
+    assert build_exploration(cfg).sticky == 0.25
+    assert build_exploration({"policy": "epsilon_greedy", "epsilon": 0.1}).sticky == 0.0
+
+
+def test_exploration_races_stick_and_greedy_races_drive_as_chosen():
+    env = default_env_config()
+    env["frame_shape"] = [24, 32]
+    cycle = MapCycle.from_config([{"map": "starter", "exploration": 1, "greedy": 1}])
+    race = make_race(env, n_cars=2, maps=cycle.entries[0].track)
+    gim = GameInstanceManager(race, cycle, sticky=StickyActions(0.9, 2, seed=0))
+    gim.begin()
+    exploring = int(np.flatnonzero(~gim.greedy)[0])
+    greedy = 1 - exploring
+    chosen_steps, executed_steps = [], []
+    for k in range(15):  # a new choice every step: 0, 1, ..., 11, 0, ... (within 2 s: no cut)
+        a = np.full(2, k % 12, np.int64)
+        gim.advance(a, np.zeros((2, 12), np.float32), np.ones(2, bool))
+        chosen_steps.append(a.copy())
+        executed_steps.append(race.action_history[:, 0].copy())
+    chosen, executed = np.array(chosen_steps), np.array(executed_steps)
+    assert (executed[:, greedy] == chosen[:, greedy]).all()
+    assert executed[0, exploring] == chosen[0, exploring]  # the race's first action
+    drove = executed[1:, exploring]
+    assert 8 <= (drove != chosen[1:, exploring]).sum() < 14  # most stuck, not all
+    assert ((drove == chosen[1:, exploring]) | (drove == executed[:-1, exploring])).all()
+    # the records keep the choices, whatever the game drove
+    assert gim._records[exploring].r["actions"] == chosen[:, exploring].tolist()
