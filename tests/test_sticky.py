@@ -11,6 +11,11 @@ from trackmind.env.map_cycle import MapCycle
 from trackmind.env.rollout import GameInstanceManager
 from trackmind.env.sticky import StickyActions, sticky_actions
 from trackmind.errors import ConfigError
+from trackmind.schedules import Schedule
+
+
+def _always(p: float) -> Schedule:
+    return Schedule.from_config(p, "linear", "exploration.sticky")
 
 
 def test_sticky_actions_by_hand():
@@ -26,7 +31,7 @@ def test_sticky_actions_by_hand():
 
 
 def test_sticky_draws_repeat_at_rate_p_and_restart_with_the_race():
-    s = StickyActions(0.25, n_cars=4000, seed=0)
+    s = StickyActions(_always(0.25), n_cars=4000, seed=0, frames=lambda: 0)
     everyone = np.ones(4000, bool)
     first = s.apply(np.zeros(4000, np.int64), everyone)
     assert (first == 0).all()  # a race's first action is always the chosen one
@@ -36,11 +41,20 @@ def test_sticky_draws_repeat_at_rate_p_and_restart_with_the_race():
     third = s.apply(np.full(4000, 2, np.int64), everyone)
     assert (third[:2000] == 2).all()  # new races: nothing to repeat
     assert set(third[2000:].tolist()) <= {0, 1, 2}  # the previous executed action, 0 or 1
-    with pytest.raises(ValueError, match="sticky"):
-        StickyActions(1.0, 1, 0)
 
 
-@pytest.mark.parametrize("p", [1.0, -0.1])
+def test_sticky_probability_follows_the_frames():
+    frames = {"n": 0}
+    sched = Schedule.from_config([[0, 0.0], [100, 0.0], [200, 0.5]], "linear", "x")
+    s = StickyActions(sched, n_cars=4000, seed=1, frames=lambda: frames["n"])
+    everyone = np.ones(4000, bool)
+    s.apply(np.zeros(4000, np.int64), everyone)
+    assert (s.apply(np.ones(4000, np.int64), everyone) == 1).all()  # p = 0 at frame 0
+    frames["n"] = 150  # halfway: p = 0.25
+    assert abs((s.apply(np.full(4000, 2, np.int64), everyone) == 1).mean() - 0.25) < 0.03
+
+
+@pytest.mark.parametrize("p", [1.0, -0.1, [[0, 0.1], [100, 1.0]], [[0, 0.2], [10, 0.1], [5, 0.0]]])
 def test_sticky_config_names_the_key(p):
     with pytest.raises(ConfigError) as e:
         build_exploration({"policy": "epsilon_greedy", "epsilon": 0.1, "sticky": p})
@@ -48,10 +62,12 @@ def test_sticky_config_names_the_key(p):
 
 
 def test_sticky_config_reaches_every_policy():
-    assert build_exploration({"policy": "greedy", "sticky": 0.2}).sticky == 0.2
-    cfg = {"policy": "linesight", "epsilon": 0.1, "epsilon_boltzmann": 0.1, "sticky": 0.25}
-    assert build_exploration(cfg).sticky == 0.25
-    assert build_exploration({"policy": "epsilon_greedy", "epsilon": 0.1}).sticky == 0.0
+    assert build_exploration({"policy": "greedy", "sticky": 0.2}).sticky(0) == 0.2
+    points = [[0, 0.0], [300_000, 0.25]]
+    cfg = {"policy": "linesight", "epsilon": 0.1, "epsilon_boltzmann": 0.1, "sticky": points}
+    assert build_exploration(cfg).sticky(150_000) == pytest.approx(0.125)
+    assert build_exploration({"policy": "epsilon_greedy", "epsilon": 0.1}).sticky is None
+    assert build_exploration({"policy": "greedy", "sticky": [[0, 0.0]]}).sticky is None
 
 
 def test_exploration_races_stick_and_greedy_races_drive_as_chosen():
@@ -59,7 +75,7 @@ def test_exploration_races_stick_and_greedy_races_drive_as_chosen():
     env["frame_shape"] = [24, 32]
     cycle = MapCycle.from_config([{"map": "starter", "exploration": 1, "greedy": 1}])
     race = make_race(env, n_cars=2, maps=cycle.entries[0].track)
-    gim = GameInstanceManager(race, cycle, sticky=StickyActions(0.9, 2, seed=0))
+    gim = GameInstanceManager(race, cycle, sticky=StickyActions(_always(0.9), 2, 0, lambda: 0))
     gim.begin()
     exploring = int(np.flatnonzero(~gim.greedy)[0])
     greedy = 1 - exploring

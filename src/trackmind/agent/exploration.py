@@ -151,12 +151,11 @@ class GreedyConfig:
     policy: str = "greedy"
     starts: Any = None  # mid-track starts: the collectors' (game/starts.py StartsConfig)
     demos: Any = None  # demonstration races: the collectors' (collectors/demos.py DemosConfig)
-    sticky: float = 0.0  # probability that an exploration race's car repeats its previous
-    # action instead of the chosen one (env/sticky.py); 0: off
+    sticky: Any = 0.0  # probability that an exploration race's car repeats its previous
+    # action instead of the chosen one (env/sticky.py): one value or [[frames, p], ...]; 0: off
 
     def __post_init__(self) -> None:
-        p = self.sticky
-        require(0.0 <= p < 1.0, f"{PREFIX}.sticky", f"must be a probability in [0, 1), got {p!r}")
+        sticky_schedule(self.sticky)
 
 
 @dataclass
@@ -217,7 +216,7 @@ class Exploration:
     temperature: Schedule | None = None
     hold_mu: float = 2.0
     hold_max: int = 1
-    sticky: float = 0.0  # exploration races' sticky-action probability (env/sticky.py)
+    sticky: Schedule | None = None  # exploration races' sticky actions (None: off)
 
     def params(self, frames: float, explore: bool = True) -> PolicyParams:
         """Settings after ``frames`` frames; explore=False gives greedy (evaluation races)."""
@@ -249,6 +248,14 @@ def _schedule(points: Any, kind: str, name: str, probability: bool) -> Schedule:
     return sched
 
 
+def sticky_schedule(points: Any) -> Schedule | None:
+    """`exploration.sticky` as a schedule of probabilities below 1, or None when always 0."""
+    sched = _schedule(points, "linear", "sticky", True)
+    for f, v in sched.points:
+        require(v < 1.0, f"{PREFIX}.sticky", f"value {v:g} at frame {f:g} must be below 1")
+    return sched if any(v > 0 for _, v in sched.points) else None
+
+
 def build_exploration(cfg: Mapping) -> Exploration:
     """An Exploration from the ``exploration`` config group, or ConfigError naming the key."""
     policy = cfg.get("policy")
@@ -257,7 +264,7 @@ def build_exploration(cfg: Mapping) -> Exploration:
             f"{PREFIX}.policy", f"must be one of {', '.join(SCHEMAS)}, got {policy!r}"
         )
     c = check_schema(cfg, SCHEMAS[policy], PREFIX)
-    common = {"sticky": float(c.sticky)}
+    common = {"sticky": sticky_schedule(c.sticky)}
     if isinstance(c, BoltzmannConfig):
         temperature = _schedule(c.temperature, c.temperature_kind, "temperature", False)
         return Exploration(policy, temperature=temperature, **common)

@@ -125,7 +125,7 @@ def _run(
         cycle,
         starts=starts,
         demos=make_demonstrator(spec, race, seed, frames),
-        sticky=make_sticky(spec, race.n_cars, seed),
+        sticky=make_sticky(spec, race.n_cars, seed, frames),
     )
 
     def policy(obs: dict[str, Any], greedy: np.ndarray):

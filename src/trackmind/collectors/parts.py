@@ -82,10 +82,12 @@ def make_start_bank(spec: CollectorSpec, seed: int) -> StartBank | None:
     return StartBank(spec.starts, seed) if spec.starts.share > 0 else None
 
 
-def make_sticky(spec: CollectorSpec, n_cars: int, seed: int) -> StickyActions | None:
+def make_sticky(
+    spec: CollectorSpec, n_cars: int, seed: int, frames: Callable[[], int]
+) -> StickyActions | None:
     """A collector's sticky actions for its exploration races (None when off)."""
     p = spec.exploration.sticky
-    return StickyActions(p, n_cars, seed) if p > 0 else None
+    return StickyActions(p, n_cars, seed, frames) if p is not None else None
 
 
 def make_demonstrator(

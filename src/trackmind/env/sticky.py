@@ -1,7 +1,7 @@
 """Sticky actions: an exploration race's car repeats its previous action with probability p.
 
 The built-in game is deterministic, so Q-learning finds a line with no margin: technical's
-final weights finish every greedy race, yet 37-87% of their races with random taus, the same
+final and best weights finish every greedy race, yet 37-90% of their races with random taus, the
 weights read with a little noise (docs/learning.md, "Knife-edge policies"). Machado et al.
 (2018, "Revisiting the Arcade Learning Environment") make a deterministic game stochastic the
 same way: at each step the game keeps the previous action with probability p (0.25 there),
@@ -13,7 +13,11 @@ Only exploration races stick: greedy races (evaluation) and demonstrations drive
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
+
+from trackmind.schedules import Schedule
 
 
 def sticky_actions(
@@ -30,12 +34,14 @@ def sticky_actions(
 
 
 class StickyActions:
-    """The previous executed action of each car, and the draws that make it stick."""
+    """The previous executed action of each car, and the draws that make it stick.
 
-    def __init__(self, p: float, n_cars: int, seed: int) -> None:
-        if not 0.0 <= p < 1.0:
-            raise ValueError(f"sticky probability must be in [0, 1), got {p!r}")
-        self.p = float(p)
+    `p` is the probability over the run's frames (`frames()`, the collector's counter).
+    """
+
+    def __init__(self, p: Schedule, n_cars: int, seed: int, frames: Callable[[], float]) -> None:
+        self.p = p
+        self.frames = frames
         self.rng = np.random.default_rng([seed, 11])
         self.previous = np.full(n_cars, -1, np.int64)  # -1: the race has no action yet
 
@@ -46,6 +52,7 @@ class StickyActions:
     def apply(self, chosen: np.ndarray, eligible: np.ndarray) -> np.ndarray:
         """The executed actions for this step's `chosen` ones (and remember them)."""
         draws = self.rng.random(len(chosen))
-        executed = sticky_actions(np.asarray(chosen), self.previous, draws, self.p, eligible)
+        p = self.p(self.frames())
+        executed = sticky_actions(np.asarray(chosen), self.previous, draws, p, eligible)
         self.previous[:] = executed
         return executed

@@ -125,7 +125,7 @@ class RolloutWorker:
             race, cycle, env_net = build_collector_parts(spec, n_cars, offset=index * n_envs + e)
             starts = make_start_bank(spec, seed * 1000 + e)
             demos = make_demonstrator(spec, race, seed * 1000 + e, self.frames)
-            sticky = make_sticky(spec, n_cars, seed * 1000 + e)
+            sticky = make_sticky(spec, n_cars, seed * 1000 + e, self.frames)
             self.envs.append(EnvWorker(e, race, cycle, self.monitor, starts, demos, sticky))
             net = net if net is not None else env_net
         cuda = worker_cuda_available(col, torch.cuda.is_available())  # a GPU it reserved
