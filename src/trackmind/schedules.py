@@ -85,3 +85,12 @@ def share_schedule(points: object, key: str) -> Schedule:
     for f, v in sched.points:
         require(0.0 <= v <= 1.0, key, f"value {v:g} at frame {f:g} must be in [0, 1]")
     return sched
+
+
+def sticky_schedule(points: object, key: str) -> Schedule:
+    """A sticky-action probability (env/sticky.py): a share schedule whose values stay below 1
+    (a car that always repeats would never act), or ConfigError naming ``key``."""
+    sched = share_schedule(points, key)
+    for f, v in sched.points:
+        require(v < 1.0, key, f"value {v:g} at frame {f:g} must be below 1")
+    return sched

@@ -31,7 +31,7 @@ import numpy as np
 from omegaconf import MISSING
 
 from trackmind.errors import ConfigError, check_schema, require
-from trackmind.schedules import Schedule
+from trackmind.schedules import Schedule, sticky_schedule
 
 PREFIX = "exploration"
 POLICIES = ("greedy", "epsilon_greedy", "linesight", "boltzmann")
@@ -151,11 +151,14 @@ class GreedyConfig:
     policy: str = "greedy"
     starts: Any = None  # mid-track starts: the collectors' (game/starts.py StartsConfig)
     demos: Any = None  # demonstration races: the collectors' (collectors/demos.py DemosConfig)
-    sticky: Any = 0.0  # probability that an exploration race's car repeats its previous
-    # action instead of the chosen one (env/sticky.py): one value or [[frames, p], ...]; 0: off
+    # probability that an exploration race's car repeats its previous action instead of the
+    # chosen one (env/sticky.py), on every map: one value or [[frames, p], ...]; None: each
+    # map's own (its cycle row's `sticky`, 0 where unset)
+    sticky: Any = None
 
     def __post_init__(self) -> None:
-        sticky_schedule(self.sticky)
+        if self.sticky is not None:
+            sticky_schedule(self.sticky, f"{PREFIX}.sticky")
 
 
 @dataclass
@@ -216,7 +219,7 @@ class Exploration:
     temperature: Schedule | None = None
     hold_mu: float = 2.0
     hold_max: int = 1
-    sticky: Schedule | None = None  # exploration races' sticky actions (None: off)
+    sticky: Schedule | None = None  # every map's sticky actions (None: each map's own)
 
     def params(self, frames: float, explore: bool = True) -> PolicyParams:
         """Settings after ``frames`` frames; explore=False gives greedy (evaluation races)."""
@@ -248,14 +251,6 @@ def _schedule(points: Any, kind: str, name: str, probability: bool) -> Schedule:
     return sched
 
 
-def sticky_schedule(points: Any) -> Schedule | None:
-    """`exploration.sticky` as a schedule of probabilities below 1, or None when always 0."""
-    sched = _schedule(points, "linear", "sticky", True)
-    for f, v in sched.points:
-        require(v < 1.0, f"{PREFIX}.sticky", f"value {v:g} at frame {f:g} must be below 1")
-    return sched if any(v > 0 for _, v in sched.points) else None
-
-
 def build_exploration(cfg: Mapping) -> Exploration:
     """An Exploration from the ``exploration`` config group, or ConfigError naming the key."""
     policy = cfg.get("policy")
@@ -264,7 +259,8 @@ def build_exploration(cfg: Mapping) -> Exploration:
             f"{PREFIX}.policy", f"must be one of {', '.join(SCHEMAS)}, got {policy!r}"
         )
     c = check_schema(cfg, SCHEMAS[policy], PREFIX)
-    common = {"sticky": sticky_schedule(c.sticky)}
+    every = None if c.sticky is None else sticky_schedule(c.sticky, f"{PREFIX}.sticky")
+    common = {"sticky": every}
     if isinstance(c, BoltzmannConfig):
         temperature = _schedule(c.temperature, c.temperature_kind, "temperature", False)
         return Exploration(policy, temperature=temperature, **common)

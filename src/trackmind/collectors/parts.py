@@ -15,7 +15,7 @@ from trackmind.collectors.demos import Demonstrator
 from trackmind.env.build import float_dim_of, frame_shape_of, make_race
 from trackmind.env.map_cycle import MapCycle
 from trackmind.env.observations import FLOATS
-from trackmind.env.sticky import StickyActions
+from trackmind.env.sticky import StickyActions, sticky_on
 from trackmind.game.starts import StartBank
 
 if TYPE_CHECKING:
@@ -85,9 +85,11 @@ def make_start_bank(spec: CollectorSpec, seed: int) -> StartBank | None:
 def make_sticky(
     spec: CollectorSpec, n_cars: int, seed: int, frames: Callable[[], int]
 ) -> StickyActions | None:
-    """A collector's sticky actions for its exploration races (None when off)."""
-    p = spec.exploration.sticky
-    return StickyActions(p, n_cars, seed, frames) if p is not None else None
+    """A collector's sticky actions for its exploration races (None when no map has them)."""
+    every = spec.exploration.sticky
+    if not sticky_on(every, spec.cycle):
+        return None
+    return StickyActions(every, n_cars, seed, frames)
 
 
 def make_demonstrator(

@@ -14,7 +14,7 @@ from typing import Any
 from omegaconf import MISSING
 
 from trackmind.errors import ConfigError, check_schema, require
-from trackmind.schedules import Schedule, share_schedule
+from trackmind.schedules import Schedule, share_schedule, sticky_schedule
 from trackmind.sim.mapio import load_map
 from trackmind.sim.maps import expand_seed_range
 from trackmind.sim.track import MapError, Track
@@ -35,6 +35,9 @@ class CycleEntryConfig:
     # this map's share of demonstration races (collectors/demos.py): one value or
     # [[frames, share], ...]; None: 0. exploration.demos.share, when set, overrides it
     demos: Any = None
+    # this map's probability of sticky actions in exploration races (env/sticky.py): one
+    # value or [[frames, p], ...]; None: 0. exploration.sticky, when set, overrides it
+    sticky: Any = None
 
     def __post_init__(self) -> None:
         require(bool(self.map), "map", f"must be a map name or file, got {self.map!r}")
@@ -61,6 +64,7 @@ class CycleEntry:
     greedy: int = 1
     challenge: str | None = None  # the real game's challenge file (env.backend=tminterface)
     demos: Schedule | None = None  # this map's share of demonstration races (None: 0)
+    sticky: Schedule | None = None  # this map's sticky-action probability (None: 0)
 
 
 class MapCycle:
@@ -114,9 +118,12 @@ class MapCycle:
             except MapError as e:
                 raise ConfigError(f"{k}.map", str(e)) from None
             demos = None if c.demos is None else share_schedule(c.demos, f"{k}.demos")
+            sticky = None if c.sticky is None else sticky_schedule(c.sticky, f"{k}.sticky")
             for name in names:
                 track = _load_entry(name, c, k, loaded)
-                entries.append(CycleEntry(name, track, c.exploration, c.greedy, c.challenge, demos))
+                entries.append(
+                    CycleEntry(name, track, c.exploration, c.greedy, c.challenge, demos, sticky)
+                )
         if all(e.exploration + e.greedy == 0 for e in entries):
             raise ConfigError(key, "every entry has 0 races")
         return cls(entries)

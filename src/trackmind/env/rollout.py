@@ -183,7 +183,7 @@ class GameInstanceManager:
                 self.obs, _ = race.restore(list(saved), list(saved.values()))
         phis = race.potentials()
         if self.sticky is not None:
-            self.sticky.reset(cars)
+            self.sticky.reset(cars, [entry for entry, _ in plan])
         demos = self.demos
         if demos is not None:  # exploration races from the start line may be demonstrations
             eligible = np.array([not g and int(c) not in saved for c, (_, g) in zip(cars, plan)])
