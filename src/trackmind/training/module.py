@@ -23,12 +23,14 @@ import torch
 from lightning.pytorch.core.optimizer import LightningOptimizer
 from omegaconf import MISSING
 
+from trackmind.agent.churn import ChurnReduction
 from trackmind.agent.loss import Munchausen, NonFiniteGuard, bound_clipped_share, iqn_loss
 from trackmind.agent.network import (
     TAU_DRAWS,
     IQNNetwork,
     SpectralLinear,
     conv_layout_for,
+    midpoint_taus,
     stratified_symmetric_taus,
 )
 from trackmind.agent.resets import reset_optimizer_state_, reset_slot, shrink_perturb_
@@ -192,6 +194,11 @@ class LearnerConfig:
     # value loss (0: off) and the width of its projection
     self_predictive_weight: float = 0.0
     self_predictive_dim: int = 128
+    # value-churn reduction (agent/churn.py, CHAIN): the squared change of the Q values of the
+    # batch's first `churn_rows` next states since the last update, weighed to stay
+    # `churn_ratio` times the value loss (0: off); an eager learner only
+    churn_ratio: float = 0.0
+    churn_rows: int = 32
     # the target's forward at s' on a thread beside the online forward at s
     # (training/side_thread.py): the same step, sooner, where the learner runs eagerly on
     # a CPU; no effect with learner.compile or learner.cuda_graph, or on a GPU
@@ -223,6 +230,17 @@ class LearnerConfig:
             "set learner.self_predictive_weight=0 or learner.split_step=false",
         )
         require(
+            self.churn_ratio == 0 or not (self.split_step or self.cuda_graph),
+            f"{key}.churn_ratio",
+            "compares each update with the one before on the eager learner's whole batch: "
+            "set learner.split_step=false and learner.cuda_graph=false, or churn_ratio=0",
+        )
+        require(
+            self.churn_rows <= self.batch_size,
+            f"{key}.churn_rows",
+            f"must be at most learner.batch_size ({self.batch_size}), got {self.churn_rows!r}",
+        )
+        require(
             not self.compile_optimizer or self.cuda_graph,
             f"{key}.compile_optimizer",
             "fuses the captured step's clipping and optimizer: it needs learner.cuda_graph=true",
@@ -242,6 +260,8 @@ class LearnerConfig:
             ("reset_until_frames", False),
             ("self_predictive_weight", False),
             ("self_predictive_dim", True),
+            ("churn_ratio", False),
+            ("churn_rows", True),
         ):
             v = getattr(self, name)
             require(
@@ -438,6 +458,9 @@ class IQNLightningModule(L.LightningModule):
             "iterations in every forward: set network.spectral_norm=false or "
             "learner.split_step=false",
         )
+        self.churn: ChurnReduction | None = None
+        if self.cfg.churn_ratio > 0:
+            self.churn = ChurnReduction(self.cfg.churn_ratio, self.cfg.churn_rows)
         self.resets_done = 0
         self.reset_slot = 0  # schedule slot (frames // reset_every_frames) of the last reset
         names = dict(network.named_modules())
@@ -521,7 +544,21 @@ class IQNLightningModule(L.LightningModule):
         pending = None
         if target_aside:  # the same values, the target's pass off the critical path
             pending = on_side_thread(target, *next_inputs, device_type=self.device.type)
-        z, features = online(state_img, batch["state_float"], taus)
+        churn = self.churn
+        if churn is None:
+            z, features = online(state_img, batch["state_float"], taus)
+        else:  # the reference rows (next states) in the same forward, at the midpoint taus
+            b, r = taus.shape[0], churn.rows
+            ref_img = None if next_img is None else next_img[:r]
+            ref_float = batch["next_state_float"][:r]
+            ref_taus = midpoint_taus(r, taus.shape[1], device=taus.device)
+            z_all, f_all = online(
+                None if state_img is None else torch.cat([state_img, ref_img]),
+                torch.cat([batch["state_float"], ref_float]),
+                torch.cat([taus, ref_taus]),
+            )
+            z, features = z_all[:b], f_all[:b]
+            churn_loss, churn_raw, churn_w = churn.loss(z_all[b:], ref_img, ref_float, ref_taus)
         with torch.no_grad():
             z_next, next_features = target(*next_inputs) if pending is None else pending.result()
             target_max = batch.get("target_max")
@@ -555,6 +592,11 @@ class IQNLightningModule(L.LightningModule):
             )
             loss = loss + float(self.cfg.self_predictive_weight) * aux
             stats["train/self_predictive_loss"] = aux.detach()
+        if churn is not None:
+            stats["train/value_loss"] = loss.detach()
+            stats["train/churn"] = churn_raw
+            stats["train/churn_weight"] = torch.tensor(churn_w)
+            loss = loss + churn_loss
         return LossParts(loss, per_sample, z, stats)
 
     def _eager_cpu(self) -> bool:
@@ -673,6 +715,9 @@ class IQNLightningModule(L.LightningModule):
         self.clip_gradients(
             opt, gradient_clip_val=float(self.cfg.grad_clip_norm), gradient_clip_algorithm="norm"
         )
+        if self.churn is not None:  # the weights this step changes: the next churn's origin
+            self.churn.observe(float(stats["train/value_loss"]), float(stats["train/churn"]))
+            self.churn.remember(self.online_network)
         opt.step()
         out = {"train/loss": loss.detach(), "per_sample": per_sample}
         if self._logs_this_step():

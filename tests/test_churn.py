@@ -1,0 +1,124 @@
+"""Value-churn reduction (CHAIN): the churn and its weight by hand, and a learner using it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+from specs import fit_steps, learner_batches
+
+from trackmind.agent.churn import ChurnReduction, churn_weight, running_mean, value_churn
+from trackmind.agent.network import midpoint_taus
+from trackmind.agent.network_config import build_network
+from trackmind.errors import ConfigError
+from trackmind.training.module import IQNLightningModule, learner_config
+
+ROOT = Path(__file__).resolve().parents[1]
+FLOATS = 184
+
+
+def test_churn_is_the_mean_squared_change_of_q_by_hand():
+    # two states, two taus, two actions; Q = the mean over taus
+    prev = torch.tensor([[[1.0, 2.0], [3.0, 4.0]], [[0.0, 0.0], [0.0, 0.0]]])  # Q: (2,3), (0,0)
+    now = torch.tensor([[[1.0, 2.0], [5.0, 4.0]], [[1.0, -1.0], [1.0, -3.0]]])  # Q: (3,3), (1,-2)
+    # changes: (1, 0) and (1, -2): squares 1, 0, 1, 4, mean 1.5
+    assert float(value_churn(now, prev)) == pytest.approx(1.5)
+    # a change of the quantiles that keeps their mean is no churn: the greedy policy reads Q
+    spread = torch.tensor([[[0.0, 2.0], [4.0, 4.0]], [[1.0, 0.0], [-1.0, 0.0]]])
+    assert float(value_churn(spread, prev)) == pytest.approx(0.0)
+
+
+def test_the_weight_keeps_the_churn_loss_a_share_of_the_value_loss():
+    assert churn_weight(0.1, 2.0, 0.004) == pytest.approx(50.0)  # 50 x 0.004 = 0.1 x 2.0
+    assert churn_weight(0.1, 2.0, 0.0) == 0.0  # no churn seen yet: nothing to weigh
+    assert running_mean(None, 3.0, 0.01) == 3.0
+    assert running_mean(3.0, 4.0, 0.25) == pytest.approx(3.25)
+
+
+class _Net(torch.nn.Module):
+    """A stand-in network: Z (R, N=1, A) from the floats, as the IQN network's call takes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.head = torch.nn.Linear(3, 2)
+
+    def forward(self, img, floats, taus):
+        return self.head(floats).unsqueeze(1)
+
+
+def test_remember_copies_the_weights_and_the_loss_compares_with_them():
+    torch.manual_seed(0)
+    net = _Net()
+    churn = ChurnReduction(ratio=0.5, rows=4)
+    x = torch.randn(4, 3)
+    first, raw, weight = churn.loss(net(None, x, None), None, x, None)
+    assert float(first.detach()) == 0.0 and weight == 0.0  # no previous version: nothing to compare
+    churn.remember(net)
+    with torch.no_grad():
+        net.head.bias += torch.tensor([1.0, -1.0])  # an update that moves every Q by 1
+    assert not torch.equal(churn.previous.head.bias, net.head.bias)  # a copy, not the same
+    churn.observe(value_loss=2.0, churn=1.0)
+    loss, raw, weight = churn.loss(net(None, x, None), None, x, None)
+    assert float(raw) == pytest.approx(1.0)
+    assert weight == pytest.approx(0.5 * 2.0 / 1.0)
+    assert float(loss.detach()) == pytest.approx(1.0)
+    loss.backward()  # the gradient pulls the moved bias back, the previous copy takes none
+    # d/db of mean over 4 rows and 2 actions of (db)^2, times the weight 1: 2 db / 2 = db
+    torch.testing.assert_close(net.head.bias.grad, torch.tensor([1.0, -1.0]))
+    assert all(p.grad is None for p in churn.previous.parameters())
+    churn.remember(net)  # the next comparison starts from the updated weights
+    assert torch.equal(churn.previous.head.bias, net.head.bias)
+
+
+def _learner(**change) -> dict:
+    cfg = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "learner" / "iqn.yaml"))
+    return {**cfg, **change}
+
+
+def _module(**change) -> IQNLightningModule:
+    torch.manual_seed(0)
+    net_cfg = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "network" / "iqn_floats.yaml"))
+    return IQNLightningModule(build_network(net_cfg, FLOATS, None), _learner(**change))
+
+
+def test_keys_are_checked_where_the_config_names_them():
+    with pytest.raises(ConfigError, match=r"learner\.churn_ratio.*non-negative"):
+        learner_config(_learner(churn_ratio=-0.1))
+    with pytest.raises(ConfigError, match=r"learner\.churn_rows.*at most learner\.batch_size"):
+        learner_config(_learner(churn_rows=1000))
+    with pytest.raises(ConfigError, match=r"learner\.churn_ratio.*split_step=false"):
+        learner_config(_learner(churn_ratio=0.1, split_step=True))
+
+
+def test_a_learner_with_churn_reduction_adds_it_to_the_value_loss(tmp_path):
+    """Off, nothing changes; on, the first step compares with nothing, and from the second on
+    the loss is the value loss plus the weighed churn of the next states' Q values since the
+    last update, read at the midpoint taus."""
+    assert _module().churn is None
+    module = _module(churn_ratio=0.1, churn_rows=8)
+    plain_module = _module()  # the same seed: the same network
+    batches = learner_batches(3, FLOATS)
+    torch.manual_seed(5)
+    first = module.compute_loss(batches[0])
+    torch.manual_seed(5)  # the same taus
+    plain = plain_module.compute_loss(batches[0])
+    torch.testing.assert_close(first.loss, plain.loss)  # no previous version yet
+    torch.testing.assert_close(first.z, plain.z)  # the reference rows do not leak into z
+    fit_steps(module, batches, tmp_path)
+    churn = module.churn
+    assert churn.previous is not None and churn.churn_mean > 0
+    parts = module.compute_loss(batches[0])
+    stats = parts.stats
+    batch = batches[0]
+    taus = midpoint_taus(8, module.n_train)
+    with torch.no_grad():
+        now = module.online_network(None, batch["next_state_float"][:8], taus)
+        before = churn.previous(None, batch["next_state_float"][:8], taus)
+    torch.testing.assert_close(stats["train/churn"], value_churn(now, before))
+    assert float(stats["train/churn"]) > 0  # the last update moved the reference rows' Q
+    weight = churn_weight(0.1, churn.value_loss_mean, churn.churn_mean)
+    torch.testing.assert_close(
+        parts.loss, stats["train/value_loss"] + weight * stats["train/churn"]
+    )
