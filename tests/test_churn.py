@@ -9,7 +9,7 @@ import torch
 from omegaconf import OmegaConf
 from specs import fit_steps, learner_batches
 
-from trackmind.agent.churn import ChurnReduction, churn_weight, running_mean, value_churn
+from trackmind.agent.churn import ChurnReduction, value_churn
 from trackmind.agent.network import midpoint_taus
 from trackmind.agent.network_config import build_network
 from trackmind.errors import ConfigError
@@ -30,13 +30,6 @@ def test_churn_is_the_mean_squared_change_of_q_by_hand():
     assert float(value_churn(spread, prev)) == pytest.approx(0.0)
 
 
-def test_the_weight_keeps_the_churn_loss_a_share_of_the_value_loss():
-    assert churn_weight(0.1, 2.0, 0.004) == pytest.approx(50.0)  # 50 x 0.004 = 0.1 x 2.0
-    assert churn_weight(0.1, 2.0, 0.0) == 0.0  # no churn seen yet: nothing to weigh
-    assert running_mean(None, 3.0, 0.01) == 3.0
-    assert running_mean(3.0, 4.0, 0.25) == pytest.approx(3.25)
-
-
 class _Net(torch.nn.Module):
     """A stand-in network: Z (R, N=1, A) from the floats, as the IQN network's call takes."""
 
@@ -51,22 +44,20 @@ class _Net(torch.nn.Module):
 def test_remember_copies_the_weights_and_the_loss_compares_with_them():
     torch.manual_seed(0)
     net = _Net()
-    churn = ChurnReduction(ratio=0.5, rows=4)
+    churn = ChurnReduction(weight=0.5, rows=4)
     x = torch.randn(4, 3)
-    first, raw, weight = churn.loss(net(None, x, None), None, x, None)
-    assert float(first.detach()) == 0.0 and weight == 0.0  # no previous version: nothing to compare
+    first, raw = churn.loss(net(None, x, None), None, x, None)
+    assert float(first.detach()) == 0.0 == float(raw)  # no previous version: nothing to compare
     churn.remember(net)
     with torch.no_grad():
         net.head.bias += torch.tensor([1.0, -1.0])  # an update that moves every Q by 1
     assert not torch.equal(churn.previous.head.bias, net.head.bias)  # a copy, not the same
-    churn.observe(value_loss=2.0, churn=1.0)
-    loss, raw, weight = churn.loss(net(None, x, None), None, x, None)
+    loss, raw = churn.loss(net(None, x, None), None, x, None)
     assert float(raw) == pytest.approx(1.0)
-    assert weight == pytest.approx(0.5 * 2.0 / 1.0)
-    assert float(loss.detach()) == pytest.approx(1.0)
+    assert float(loss.detach()) == pytest.approx(0.5)  # times the weight
     loss.backward()  # the gradient pulls the moved bias back, the previous copy takes none
-    # d/db of mean over 4 rows and 2 actions of (db)^2, times the weight 1: 2 db / 2 = db
-    torch.testing.assert_close(net.head.bias.grad, torch.tensor([1.0, -1.0]))
+    # d/db of 0.5 x the mean over 4 rows and 2 actions of (db)^2: 0.5 x 2 db / 2 = db / 2
+    torch.testing.assert_close(net.head.bias.grad, torch.tensor([0.5, -0.5]))
     assert all(p.grad is None for p in churn.previous.parameters())
     churn.remember(net)  # the next comparison starts from the updated weights
     assert torch.equal(churn.previous.head.bias, net.head.bias)
@@ -84,20 +75,20 @@ def _module(**change) -> IQNLightningModule:
 
 
 def test_keys_are_checked_where_the_config_names_them():
-    with pytest.raises(ConfigError, match=r"learner\.churn_ratio.*non-negative"):
-        learner_config(_learner(churn_ratio=-0.1))
+    with pytest.raises(ConfigError, match=r"learner\.churn_weight.*non-negative"):
+        learner_config(_learner(churn_weight=-0.1))
     with pytest.raises(ConfigError, match=r"learner\.churn_rows.*at most learner\.batch_size"):
         learner_config(_learner(churn_rows=1000))
-    with pytest.raises(ConfigError, match=r"learner\.churn_ratio.*split_step=false"):
-        learner_config(_learner(churn_ratio=0.1, split_step=True))
+    with pytest.raises(ConfigError, match=r"learner\.churn_weight.*split_step=false"):
+        learner_config(_learner(churn_weight=10.0, split_step=True))
 
 
 def test_a_learner_with_churn_reduction_adds_it_to_the_value_loss(tmp_path):
     """Off, nothing changes; on, the first step compares with nothing, and from the second on
-    the loss is the value loss plus the weighed churn of the next states' Q values since the
+    the loss is the value loss plus the weighted churn of the next states' Q values since the
     last update, read at the midpoint taus."""
     assert _module().churn is None
-    module = _module(churn_ratio=0.1, churn_rows=8)
+    module = _module(churn_weight=1.0e5, churn_rows=8)
     plain_module = _module()  # the same seed: the same network
     batches = learner_batches(3, FLOATS)
     torch.manual_seed(5)
@@ -108,7 +99,7 @@ def test_a_learner_with_churn_reduction_adds_it_to_the_value_loss(tmp_path):
     torch.testing.assert_close(first.z, plain.z)  # the reference rows do not leak into z
     fit_steps(module, batches, tmp_path)
     churn = module.churn
-    assert churn.previous is not None and churn.churn_mean > 0
+    assert churn.previous is not None
     parts = module.compute_loss(batches[0])
     stats = parts.stats
     batch = batches[0]
@@ -118,7 +109,4 @@ def test_a_learner_with_churn_reduction_adds_it_to_the_value_loss(tmp_path):
         before = churn.previous(None, batch["next_state_float"][:8], taus)
     torch.testing.assert_close(stats["train/churn"], value_churn(now, before))
     assert float(stats["train/churn"]) > 0  # the last update moved the reference rows' Q
-    weight = churn_weight(0.1, churn.value_loss_mean, churn.churn_mean)
-    torch.testing.assert_close(
-        parts.loss, stats["train/value_loss"] + weight * stats["train/churn"]
-    )
+    torch.testing.assert_close(parts.loss, stats["train/value_loss"] + 1.0e5 * stats["train/churn"])

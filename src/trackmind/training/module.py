@@ -195,9 +195,9 @@ class LearnerConfig:
     self_predictive_weight: float = 0.0
     self_predictive_dim: int = 128
     # value-churn reduction (agent/churn.py, CHAIN): the squared change of the Q values of the
-    # batch's first `churn_rows` next states since the last update, weighed to stay
-    # `churn_ratio` times the value loss (0: off); an eager learner only
-    churn_ratio: float = 0.0
+    # batch's first `churn_rows` next states since the last update, times `churn_weight`
+    # (0: off); an eager learner only
+    churn_weight: float = 0.0
     churn_rows: int = 32
     # the target's forward at s' on a thread beside the online forward at s
     # (training/side_thread.py): the same step, sooner, where the learner runs eagerly on
@@ -230,10 +230,10 @@ class LearnerConfig:
             "set learner.self_predictive_weight=0 or learner.split_step=false",
         )
         require(
-            self.churn_ratio == 0 or not (self.split_step or self.cuda_graph),
-            f"{key}.churn_ratio",
+            self.churn_weight == 0 or not (self.split_step or self.cuda_graph),
+            f"{key}.churn_weight",
             "compares each update with the one before on the eager learner's whole batch: "
-            "set learner.split_step=false and learner.cuda_graph=false, or churn_ratio=0",
+            "set learner.split_step=false and learner.cuda_graph=false, or churn_weight=0",
         )
         require(
             self.churn_rows <= self.batch_size,
@@ -260,7 +260,7 @@ class LearnerConfig:
             ("reset_until_frames", False),
             ("self_predictive_weight", False),
             ("self_predictive_dim", True),
-            ("churn_ratio", False),
+            ("churn_weight", False),
             ("churn_rows", True),
         ):
             v = getattr(self, name)
@@ -459,8 +459,8 @@ class IQNLightningModule(L.LightningModule):
             "learner.split_step=false",
         )
         self.churn: ChurnReduction | None = None
-        if self.cfg.churn_ratio > 0:
-            self.churn = ChurnReduction(self.cfg.churn_ratio, self.cfg.churn_rows)
+        if self.cfg.churn_weight > 0:
+            self.churn = ChurnReduction(self.cfg.churn_weight, self.cfg.churn_rows)
         self.resets_done = 0
         self.reset_slot = 0  # schedule slot (frames // reset_every_frames) of the last reset
         names = dict(network.named_modules())
@@ -558,7 +558,7 @@ class IQNLightningModule(L.LightningModule):
                 torch.cat([taus, ref_taus]),
             )
             z, features = z_all[:b], f_all[:b]
-            churn_loss, churn_raw, churn_w = churn.loss(z_all[b:], ref_img, ref_float, ref_taus)
+            churn_loss, churn_raw = churn.loss(z_all[b:], ref_img, ref_float, ref_taus)
         with torch.no_grad():
             z_next, next_features = target(*next_inputs) if pending is None else pending.result()
             target_max = batch.get("target_max")
@@ -595,7 +595,6 @@ class IQNLightningModule(L.LightningModule):
         if churn is not None:
             stats["train/value_loss"] = loss.detach()
             stats["train/churn"] = churn_raw
-            stats["train/churn_weight"] = torch.tensor(churn_w)
             loss = loss + churn_loss
         return LossParts(loss, per_sample, z, stats)
 
@@ -716,7 +715,6 @@ class IQNLightningModule(L.LightningModule):
             opt, gradient_clip_val=float(self.cfg.grad_clip_norm), gradient_clip_algorithm="norm"
         )
         if self.churn is not None:  # the weights this step changes: the next churn's origin
-            self.churn.observe(float(stats["train/value_loss"]), float(stats["train/churn"]))
             self.churn.remember(self.online_network)
         opt.step()
         out = {"train/loss": loss.detach(), "per_sample": per_sample}
