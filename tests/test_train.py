@@ -388,4 +388,13 @@ def test_race_stats_flags_the_best_greedy_race():
     m = st.metrics()
     assert m["race/m/best_ratio"] == 1.1  # best of all races (the exploration one)
     assert m["race/m/finish_rate"] == 0.8 and m["race/m/greedy_progress"] == 0.6
+    assert m["race/m/greedy_finish_rate"] == 0.75  # 3 of the 4 greedy races
     assert m["race/m/greedy_accel_share"] == 0.5
+    resumed = RaceStats(reference_ms={"m": 10_000.0}, length_m={"m": 100.0})
+    resumed.load_state_dict(st.state_dict())
+    assert resumed.metrics()["race/m/greedy_finish_rate"] == 0.75
+    old = st.state_dict()
+    del old["greedy_finishes"]  # a checkpoint from before the key resumes without it
+    before = RaceStats(reference_ms={"m": 10_000.0}, length_m={"m": 100.0})
+    before.load_state_dict(old)
+    assert "race/m/greedy_finish_rate" not in before.metrics()

@@ -1,10 +1,12 @@
 """RaceStats: what the learner knows about the races it received, turned into metrics.
 
-Greedy races are the evaluation: their times per map, and the ratio to the map's reference
-time, are the figures users compare. Exploration races count towards finish rates and
-throughput. Metric names: race/<map>/time, race/<map>/ratio, race/<map>/best_ratio,
-race/<map>/finish_rate, race/<map>/progress (share of the race distance driven),
-throughput/transitions_per_s, collector/<stage>_ms_per_action.
+Greedy races are the evaluation: their times per map, the ratio to the map's reference time,
+and the share of them that finish are the figures users compare. Exploration races count
+towards finish_rate and throughput: with sticky actions or much exploration, finish_rate
+reads far below greedy_finish_rate, which is what the learning benchmark reports. Metric
+names: race/<map>/time, race/<map>/ratio, race/<map>/best_ratio, race/<map>/finish_rate,
+race/<map>/greedy_finish_rate (the last `window` greedy races), race/<map>/progress (share of
+the race distance driven), throughput/transitions_per_s, collector/<stage>_ms_per_action.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ class RaceStats:
 
     def __post_init__(self) -> None:
         self.finishes: dict[str, deque] = defaultdict(lambda: deque(maxlen=self.window))
+        self.greedy_finishes: dict[str, deque] = defaultdict(lambda: deque(maxlen=self.window))
         self.progress: dict[str, deque] = defaultdict(lambda: deque(maxlen=self.window))
         self.greedy_progress: dict[str, float] = {}
         self.greedy_accel: dict[str, float] = {}
@@ -85,6 +88,7 @@ class RaceStats:
             self.best_ms[m] = min(self.best_ms.get(m, float("inf")), float(r["race_time"]))
         if r.get("greedy"):
             t = float(r["race_time"]) if r.get("finished") else None
+            self.greedy_finishes[m].append(t is not None)
             self.last_greedy[m] = t
             self.history.append(
                 {
@@ -107,6 +111,7 @@ class RaceStats:
             "transitions": self.transitions,
             "collector_errors": self.collector_errors,
             "finishes": {m: list(d) for m, d in self.finishes.items()},
+            "greedy_finishes": {m: list(d) for m, d in self.greedy_finishes.items()},
             "progress": {m: list(d) for m, d in self.progress.items()},
             "best_ms": dict(self.best_ms),
             "best_greedy_ms": dict(self.best_greedy_ms),
@@ -125,6 +130,8 @@ class RaceStats:
             self.finishes[m].extend(vals)
         for m, vals in state["progress"].items():
             self.progress[m].extend(vals)
+        for m, vals in state.get("greedy_finishes", {}).items():  # runs from before the key
+            self.greedy_finishes[m].extend(vals)
         self.best_ms.update(state["best_ms"])
         self.best_greedy_ms.update(state["best_greedy_ms"])
         self.last_greedy.update(state["last_greedy"])
@@ -143,6 +150,9 @@ class RaceStats:
             key = metric_map_name(m)
             if fin:
                 out[f"race/{key}/finish_rate"] = sum(fin) / len(fin)
+            greedy = self.greedy_finishes.get(m)
+            if greedy:
+                out[f"race/{key}/greedy_finish_rate"] = sum(greedy) / len(greedy)
             if self.progress[m]:
                 out[f"race/{key}/progress"] = sum(self.progress[m]) / len(self.progress[m])
             if m in self.greedy_progress:
