@@ -78,7 +78,11 @@ def test_keys_are_checked_where_the_config_names_them():
     with pytest.raises(ConfigError, match=r"learner\.churn_weight.*non-negative"):
         learner_config(_learner(churn_weight=-0.1))
     with pytest.raises(ConfigError, match=r"learner\.churn_rows.*at most learner\.batch_size"):
-        learner_config(_learner(churn_rows=1000))
+        learner_config(_learner(churn_weight=10.0, churn_rows=1000))
+    # off, the rows are not read: a batch smaller than them is no error
+    assert learner_config(_learner(batch_size=16)).churn_rows == 32
+    with pytest.raises(ConfigError, match=r"^learner\.batch_size"):  # its own error first
+        learner_config(_learner(churn_weight=10.0, batch_size=0))
     with pytest.raises(ConfigError, match=r"learner\.churn_weight.*split_step=false"):
         learner_config(_learner(churn_weight=10.0, split_step=True))
 

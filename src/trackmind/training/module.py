@@ -236,11 +236,6 @@ class LearnerConfig:
             "set learner.split_step=false and learner.cuda_graph=false, or churn_weight=0",
         )
         require(
-            self.churn_rows <= self.batch_size,
-            f"{key}.churn_rows",
-            f"must be at most learner.batch_size ({self.batch_size}), got {self.churn_rows!r}",
-        )
-        require(
             not self.compile_optimizer or self.cuda_graph,
             f"{key}.compile_optimizer",
             "fuses the captured step's clipping and optimizer: it needs learner.cuda_graph=true",
@@ -269,6 +264,11 @@ class LearnerConfig:
                 f"{key}.{name}",
                 f"must be a {'positive' if strict else 'non-negative'} number, got {v!r}",
             )
+        require(
+            self.churn_weight == 0 or self.churn_rows <= self.batch_size,
+            f"{key}.churn_rows",
+            f"must be at most learner.batch_size ({self.batch_size}), got {self.churn_rows!r}",
+        )
         require(
             self.target_taus in TARGET_TAUS,
             f"{key}.target_taus",
