@@ -61,6 +61,9 @@ def test_remember_copies_the_weights_and_the_loss_compares_with_them():
     assert all(p.grad is None for p in churn.previous.parameters())
     churn.remember(net)  # the next comparison starts from the updated weights
     assert torch.equal(churn.previous.head.bias, net.head.bias)
+    churn.forget()  # after a reset of the weights: nothing to pull back towards
+    loss, raw = churn.loss(net(None, x, None), None, x, None)
+    assert float(loss.detach()) == 0.0 == float(raw)
 
 
 def _learner(**change) -> dict:

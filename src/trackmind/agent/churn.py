@@ -63,6 +63,11 @@ class ChurnReduction:
             if buffers:  # spectral normalisation's power-iteration vectors
                 torch._foreach_copy_(buffers, list(online.buffers()))
 
+    def forget(self) -> None:
+        """Drop the previous version (after a reset of the weights): the next update compares
+        with nothing, the one after with the reset weights."""
+        self.previous = None
+
     def loss(
         self, z_ref: torch.Tensor, img: torch.Tensor | None, floats: torch.Tensor, taus
     ) -> tuple[torch.Tensor, torch.Tensor]:

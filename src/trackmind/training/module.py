@@ -850,6 +850,8 @@ class IQNLightningModule(L.LightningModule):
         )
         opt = self.optimizers()
         reset_optimizer_state_(getattr(opt, "optimizer", opt))
+        if self.churn is not None:  # a reset is meant to move every value: no pull back
+            self.churn.forget()
         self.resets_done += 1
         self.log("train/resets", float(self.resets_done), on_step=True, batch_size=1)
 
