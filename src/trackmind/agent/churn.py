@@ -13,9 +13,9 @@ the value loss): one update's churn is heavy-tailed (1e-10 to 1e-5 on technical)
 loss held it down the automatic weight rose from 4e1 to 1.5e7 in 8 minutes, until no update
 could move the values of states outside its batch. Size the weight by the gradient, not by
 the loss: the churn loss is tiny, its gradient is not, and (R)Adam divides every step by the
-running size of the gradients. The value loss's gradient norm is 1-4; a weight of 50 already
-took it past 10 on a third of the steps and learned slowly (docs/learning.md, "Value-churn
-reduction on technical").
+running size of the gradients. The value loss's gradient norm is 1-4; with a weight of 50 the
+total passed 10 on a third of the steps, and that run learned technical far slower than its
+control (docs/learning.md, "Value-churn reduction on technical").
 
 Here the reference states are the first `learner.churn_rows` next states s' of the batch: the
 online network never regresses them (only the target reads them), and they are drawn from the
