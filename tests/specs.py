@@ -8,15 +8,32 @@ from typing import Any
 import lightning as L
 import torch
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
+from trackmind.agent.network_config import build_network
 from trackmind.collectors.fleet.settings import RayCollectorConfig
 from trackmind.collectors.spec import CollectorSpec
 from trackmind.defaults import conf_option
 from trackmind.errors import check_schema
 from trackmind.training.factory import RunPlan, plan_run
+from trackmind.training.module import IQNLightningModule
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 ONE_RACE_EACH = "map.cycle=[{map: starter, exploration: 1, greedy: 1}]"
+FLOATS = 184  # the float inputs of the default observation
+
+
+def learner_cfg(**change: Any) -> dict:
+    """The learner group's YAML as a plain dict, with `change` over it."""
+    return {**OmegaConf.to_container(OmegaConf.load(CONF / "learner" / "iqn.yaml")), **change}
+
+
+def float_learner(**change: Any) -> IQNLightningModule:
+    """A learner over the float-only network (seed 0: the same weights each call), with
+    `change` over the learner group's YAML."""
+    torch.manual_seed(0)
+    net = OmegaConf.to_container(OmegaConf.load(CONF / "network" / "iqn_floats.yaml"))
+    return IQNLightningModule(build_network(net, FLOATS, None), learner_cfg(**change))
 
 
 def smoke_plan(*overrides: str) -> RunPlan:

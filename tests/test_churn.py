@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
-from omegaconf import OmegaConf
-from specs import fit_steps, learner_batches
+from specs import FLOATS, fit_steps, float_learner, learner_batches, learner_cfg
 
 from trackmind.agent.churn import ChurnReduction, value_churn
 from trackmind.agent.network import midpoint_taus
-from trackmind.agent.network_config import build_network
 from trackmind.errors import ConfigError
-from trackmind.training.module import IQNLightningModule, learner_config
-
-ROOT = Path(__file__).resolve().parents[1]
-FLOATS = 184
+from trackmind.training.module import learner_config
 
 
 def test_churn_is_the_mean_squared_change_of_q_by_hand():
@@ -66,37 +59,26 @@ def test_remember_copies_the_weights_and_the_loss_compares_with_them():
     assert float(loss.detach()) == 0.0 == float(raw)
 
 
-def _learner(**change) -> dict:
-    cfg = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "learner" / "iqn.yaml"))
-    return {**cfg, **change}
-
-
-def _module(**change) -> IQNLightningModule:
-    torch.manual_seed(0)
-    net_cfg = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "network" / "iqn_floats.yaml"))
-    return IQNLightningModule(build_network(net_cfg, FLOATS, None), _learner(**change))
-
-
 def test_keys_are_checked_where_the_config_names_them():
     with pytest.raises(ConfigError, match=r"learner\.churn_weight.*non-negative"):
-        learner_config(_learner(churn_weight=-0.1))
+        learner_config(learner_cfg(churn_weight=-0.1))
     with pytest.raises(ConfigError, match=r"learner\.churn_rows.*at most learner\.batch_size"):
-        learner_config(_learner(churn_weight=10.0, churn_rows=1000))
+        learner_config(learner_cfg(churn_weight=10.0, churn_rows=1000))
     # off, the rows are not read: a batch smaller than them is no error
-    assert learner_config(_learner(batch_size=16)).churn_rows == 32
+    assert learner_config(learner_cfg(batch_size=16)).churn_rows == 32
     with pytest.raises(ConfigError, match=r"^learner\.batch_size"):  # its own error first
-        learner_config(_learner(churn_weight=10.0, batch_size=0))
+        learner_config(learner_cfg(churn_weight=10.0, batch_size=0))
     with pytest.raises(ConfigError, match=r"learner\.churn_weight.*split_step=false"):
-        learner_config(_learner(churn_weight=10.0, split_step=True))
+        learner_config(learner_cfg(churn_weight=10.0, split_step=True))
 
 
 def test_a_learner_with_churn_reduction_adds_it_to_the_value_loss(tmp_path):
     """Off, nothing changes; on, the first step compares with nothing, and from the second on
     the loss is the value loss plus the weighted churn of the next states' Q values since the
     last update, read at the midpoint taus."""
-    assert _module().churn is None
-    module = _module(churn_weight=1.0e5, churn_rows=8)
-    plain_module = _module()  # the same seed: the same network
+    assert float_learner().churn is None
+    module = float_learner(churn_weight=1.0e5, churn_rows=8)
+    plain_module = float_learner()  # the same seed: the same network
     batches = learner_batches(3, FLOATS)
     torch.manual_seed(5)
     first = module.compute_loss(batches[0])

@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
-from omegaconf import OmegaConf
-from specs import fit_steps, learner_batches
+from specs import FLOATS, fit_steps, float_learner, learner_batches, learner_cfg
 
-from trackmind.agent.network_config import build_network
 from trackmind.agent.self_predictive import SelfPredictiveHead, self_predictive_loss
 from trackmind.errors import ConfigError
-from trackmind.training.module import IQNLightningModule, learner_config
-
-ROOT = Path(__file__).resolve().parents[1]
-FLOATS = 184
+from trackmind.training.module import learner_config
 
 
 def test_loss_is_the_squared_distance_of_unit_vectors_by_hand():
@@ -58,37 +51,26 @@ def test_the_head_starts_with_its_target_projection_equal_and_frozen():
     assert head.target(features).shape == (5, 4) and not head.target(features).requires_grad
 
 
-def _module(**change) -> IQNLightningModule:
-    torch.manual_seed(0)
-    net_cfg = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "network" / "iqn_floats.yaml"))
-    cfg = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "learner" / "iqn.yaml"))
-    return IQNLightningModule(build_network(net_cfg, FLOATS, None), {**cfg, **change})
-
-
 def test_keys_are_checked_where_the_config_names_them():
     with pytest.raises(ConfigError, match=r"learner\.self_predictive_weight.*non-negative"):
-        learner_config({**_learner(), "self_predictive_weight": -1.0})
+        learner_config(learner_cfg(self_predictive_weight=-1.0))
     with pytest.raises(ConfigError, match=r"learner\.self_predictive_dim.*positive"):
-        learner_config({**_learner(), "self_predictive_dim": 0})
-
-
-def _learner() -> dict:
-    return OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "learner" / "iqn.yaml"))
+        learner_config(learner_cfg(self_predictive_dim=0))
 
 
 def test_a_learner_with_the_loss_trains_its_head_and_moves_its_target(tmp_path):
     """Off, there is no head; on, the loss adds the prediction's error, the optimizer trains
     the head and the encoder through it, and the target projection follows the online one
     by the target network's soft updates (one every 16 samples here)."""
-    assert _module().self_predictive is None
-    module = _module(self_predictive_weight=1.0, target_update_every_transitions=16)
+    assert float_learner().self_predictive is None
+    module = float_learner(self_predictive_weight=1.0, target_update_every_transitions=16)
     head = module.self_predictive
     assert head is not None
     opt_params = {id(p) for g in module.configure_optimizers().param_groups for p in g["params"]}
     assert {id(p) for p in head.predictor.parameters()} <= opt_params
     assert not {id(p) for p in head.target_projection.parameters()} & opt_params
     batch = learner_batches(1, FLOATS)[0]
-    plain_module = _module()  # the same seed: the same network
+    plain_module = float_learner()  # the same seed: the same network
     torch.manual_seed(5)
     parts = module.compute_loss(batch)
     torch.manual_seed(5)  # the same taus
