@@ -28,12 +28,15 @@ def learner_cfg(**change: Any) -> dict:
     return {**OmegaConf.to_container(OmegaConf.load(CONF / "learner" / "iqn.yaml")), **change}
 
 
-def float_learner(**change: Any) -> IQNLightningModule:
+def float_learner(module_args: dict | None = None, **change: Any) -> IQNLightningModule:
     """A learner over the float-only network (seed 0: the same weights each call), with
-    `change` over the learner group's YAML."""
+    `change` over the learner group's YAML and `module_args` (e.g. policy_cvar) handed to
+    the module as a run hands them."""
     torch.manual_seed(0)
     net = OmegaConf.to_container(OmegaConf.load(CONF / "network" / "iqn_floats.yaml"))
-    return IQNLightningModule(build_network(net, FLOATS, None), learner_cfg(**change))
+    return IQNLightningModule(
+        build_network(net, FLOATS, None), learner_cfg(**change), **(module_args or {})
+    )
 
 
 def smoke_plan(*overrides: str) -> RunPlan:

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
+from specs import float_learner, learner_cfg
 
 from trackmind.agent.inference import observation_q
 from trackmind.agent.network_config import build_network
@@ -29,7 +30,7 @@ from trackmind.errors import ConfigError
 from trackmind.sim.driver import PurePursuitDriver
 from trackmind.sim.maps import line_from_recipe
 from trackmind.sim.track import Track
-from trackmind.training.module import IQNLightningModule, learner_config
+from trackmind.training.module import learner_config
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -147,20 +148,11 @@ def test_mirror_batch_changes_only_the_masked_samples():
     assert batch["action"].tolist() == [1, 4, 0, 8]  # the input is not changed
 
 
-def _learner(**change) -> dict:
-    return {**OmegaConf.to_container(OmegaConf.load(CONF / "learner" / "iqn.yaml")), **change}
-
-
-def _module(learner: dict, **kwargs) -> IQNLightningModule:
-    raw = OmegaConf.to_container(OmegaConf.load(CONF / "network" / "iqn_floats.yaml"))
-    return IQNLightningModule(build_network(raw, 184, None), learner, **kwargs)
-
-
 def test_learner_mirrors_its_share_and_needs_the_map():
     with pytest.raises(ConfigError, match="learner.mirror_share"):
-        _module(_learner(mirror_share=0.5))
+        float_learner(mirror_share=0.5)
     obs, _, _ = build_managers(default_env_config(), {})
-    module = _module(_learner(mirror_share=1.0), float_mirror=obs.float_mirror())
+    module = float_learner({"float_mirror": obs.float_mirror()}, mirror_share=1.0)
     batch = {
         "state_float": torch.randn(3, 184),
         "next_state_float": torch.randn(3, 184),
@@ -170,10 +162,10 @@ def test_learner_mirrors_its_share_and_needs_the_map():
     assert out["action"].tolist() == [2, 1, 8]
     assert torch.equal(out["state_float"][:, 55], -batch["state_float"][:, 55])  # yaw rate
     assert torch.equal(out["state_float"][:, 54], batch["state_float"][:, 54])  # pitch rate
-    none = _module(_learner(mirror_share=0.0))
+    none = float_learner(mirror_share=0.0)
     assert none.mirrored(batch) is batch
     with pytest.raises(ConfigError, match=r"learner.mirror_share.*\[0, 1\]"):
-        learner_config(_learner(mirror_share=1.5))
+        learner_config(learner_cfg(mirror_share=1.5))
 
 
 def test_mirror_averaged_q_turns_left_and_right_alike():

@@ -7,15 +7,13 @@ from pathlib import Path
 import pytest
 import torch
 from omegaconf import OmegaConf
-from specs import fit_steps, learner_batches
+from specs import FLOATS, fit_steps, float_learner, learner_batches
 
 from trackmind.agent.network_config import build_network
 from trackmind.agent.resets import reset_optimizer_state_, reset_slot, shrink_perturb_
 from trackmind.errors import ConfigError
-from trackmind.training.module import IQNLightningModule
 
 ROOT = Path(__file__).resolve().parents[1]
-FLOATS = 184
 
 
 def test_resets_fall_every_n_frames_once_each_and_none_from_the_end():
@@ -114,21 +112,15 @@ def test_a_zeroed_optimizer_steps_as_a_new_one():
         torch.testing.assert_close(p.detach(), q.detach(), rtol=0, atol=0)
 
 
-def _module(**change) -> IQNLightningModule:
-    torch.manual_seed(0)
-    cfg = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "learner" / "iqn.yaml"))
-    return IQNLightningModule(build_network(_config(), FLOATS, None), {**cfg, **change})
-
-
 def test_reset_keys_are_checked_where_the_config_names_them():
     with pytest.raises(ConfigError, match=r"learner\.reset_modules.*'dueling'"):
-        _module(reset_modules=["dueling"])
+        float_learner(reset_modules=["dueling"])
     with pytest.raises(ConfigError, match=r"learner\.reset_shrink"):
-        _module(reset_shrink=1.5)
+        float_learner(reset_shrink=1.5)
     with pytest.raises(ConfigError, match=r"learner\.reset_every_frames"):
-        _module(reset_every_frames=-1)
+        float_learner(reset_every_frames=-1)
     with pytest.raises(ConfigError, match=r"learner\.reset_until_frames.*no reset falls"):
-        _module(reset_every_frames=2000, reset_until_frames=1000)
+        float_learner(reset_every_frames=2000, reset_until_frames=1000)
 
 
 def test_a_run_resets_on_schedule_and_keeps_its_target(tmp_path):
@@ -137,8 +129,8 @@ def test_a_run_resets_on_schedule_and_keeps_its_target(tmp_path):
     samples) it stays the initial weights. Against a twin run without resets, the shrunk
     layers and the renewed heads are far from where eight small steps would take them."""
     quiet = {"target_update_every_transitions": 10**9, "publish_every_batches": 1000}
-    module = _module(reset_every_frames=2000, reset_until_frames=5000, **quiet)
-    twin = _module(**quiet)
+    module = float_learner(reset_every_frames=2000, reset_until_frames=5000, **quiet)
+    twin = float_learner(**quiet)
     for m in (module, twin):
         m.frames = lambda m=m: 1000 * (m.global_step + 1)
     target_before = {k: v.clone() for k, v in module.target_network.state_dict().items()}

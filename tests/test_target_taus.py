@@ -3,31 +3,13 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
-from omegaconf import OmegaConf
+from specs import FLOATS, float_learner, learner_cfg
 
-from trackmind.agent.network_config import build_network
 from trackmind.errors import ConfigError
 from trackmind.training.module import IQNLightningModule, learner_config
-
-ROOT = Path(__file__).resolve().parents[1]
-FLOATS = 184
-
-
-def _learner(**change) -> dict:
-    raw = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "learner" / "iqn.yaml"))
-    return {**raw, **change}
-
-
-def _module(n_target: int = 8, **change) -> IQNLightningModule:
-    net = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "network" / "iqn_floats.yaml"))
-    torch.manual_seed(0)
-    return IQNLightningModule(
-        build_network(net, FLOATS, None), _learner(**change), n_quantiles_target=n_target
-    )
 
 
 def _next_state_taus(module: IQNLightningModule, batch_size: int = 64) -> torch.Tensor:
@@ -53,7 +35,7 @@ def _next_state_taus(module: IQNLightningModule, batch_size: int = 64) -> torch.
 
 
 def test_stratified_target_taus_hold_one_tau_per_stratum_mirrored_around_a_half():
-    taus = _next_state_taus(_module(target_taus="stratified"))
+    taus = _next_state_taus(float_learner(target_taus="stratified"))
     assert taus.shape == (64, 8)
     low, high = taus[:, :4], taus[:, 4:]
     strata = torch.arange(4).float()
@@ -65,8 +47,8 @@ def test_stratified_target_taus_hold_one_tau_per_stratum_mirrored_around_a_half(
 
 
 def test_random_target_taus_stay_the_default_uniform_draws():
-    assert _learner()["target_taus"] == "random"
-    taus = _next_state_taus(_module())
+    assert learner_cfg()["target_taus"] == "random"
+    taus = _next_state_taus(float_learner())
     assert taus.shape == (64, 8)
     assert bool(((taus >= 0) & (taus < 1)).all())
     # uniform draws: row means scatter around a half (stratified rows would all be 0.5)
@@ -75,12 +57,12 @@ def test_random_target_taus_stay_the_default_uniform_draws():
 
 def test_an_unknown_tau_draw_is_refused_naming_the_key():
     with pytest.raises(ConfigError, match=r"learner\.target_taus.*random, stratified"):
-        learner_config(_learner(target_taus="midpoint"))
+        learner_config(learner_cfg(target_taus="midpoint"))
 
 
 def test_stratified_target_taus_need_an_even_count():
     with pytest.raises(ConfigError, match=r"learner\.target_taus.*even.*got 5"):
-        _module(n_target=5, target_taus="stratified")
+        float_learner({"n_quantiles_target": 5}, target_taus="stratified")
 
 
 def test_argmax_agreement_counts_draws_that_pick_the_best_action_and_the_value_lost():
@@ -119,8 +101,7 @@ def test_saved_rows_replace_their_own_label_and_keep_the_others(tmp_path):
 def test_the_policys_cvar_chooses_the_targets_action_at_the_targets_own_taus():
     """network.policy_cvar reaches the loss with the taus the target network ran at, so
     cvar_means reads the right quantiles (agent/loss.py checks the choice value by value)."""
-    net = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "network" / "iqn_floats.yaml"))
-    module = IQNLightningModule(build_network(net, FLOATS, None), _learner(), policy_cvar=0.5)
+    module = float_learner({"policy_cvar": 0.5})
     online, target, loss_fn = module._forwards()
     calls = []
 
@@ -132,6 +113,6 @@ def test_the_policys_cvar_chooses_the_targets_action_at_the_targets_own_taus():
     taus = _next_state_taus(module)
     assert calls[0]["cvar"] == 0.5
     assert torch.equal(calls[0]["taus_next"], taus)
-    plain = _module()
+    plain = float_learner()
     plain._forwards()
     assert plain.policy_cvar == 1.0
