@@ -24,7 +24,7 @@ from trackmind.env.build import (
 from trackmind.env.gym_env import RaceEnv, RaceVectorEnv
 from trackmind.env.obs_terms import zone_minima
 from trackmind.env.observations import FLOATS
-from trackmind.env.reward_terms import zone_distance_potential
+from trackmind.env.reward_terms import wall_impact_penalty, zone_distance_potential
 from trackmind.env.rewards import RewardNormalizer, build_reward_manager
 from trackmind.env.spaces import SpaceTransformer
 from trackmind.errors import ConfigError
@@ -188,6 +188,27 @@ def test_collate_shaping_leaves_potentials_out_of_the_step_reward():
     np.testing.assert_allclose(
         zone_distance_potential(np.array([1, 7, 40]), -0.1, 2, 25), [-0.2, -0.7, -2.5]
     )
+
+
+def test_wall_impact_prices_the_speed_a_wall_takes_by_hand():
+    # a hit 40 -> 12 m/s costs 28 * 0.05; a car that gained speed along a wall, or slowed
+    # without touching one (braking), pays nothing
+    np.testing.assert_allclose(
+        wall_impact_penalty(np.array([40, 30, 10]), np.array([12, 35, 8]), [1, 1, 0], -0.05),
+        [-1.4, 0.0, 0.0],
+    )
+    mgr = build_reward_manager({"terms": {"wall_impact": {"params": {"per_mps": -0.05}}}})
+    prev = {"p": [0, 0], "t": [0, 0], "f": [0, 0], "w": [0, 0], "v": [59, 40]}
+    prev["pos"] = [[0.0, 0, 0], [0.0, 0, 0]]
+    env = _fake_env(prev, prev)
+    mgr.bind(env)
+    mgr.reset(np.array([0, 1]))
+    env.car = _fake_env(prev, {**prev, "w": [1, 0], "v": [19, 37.6]}).car
+    total, parts = mgr.compute()
+    np.testing.assert_allclose(parts["wall_impact"], [-2.0, 0.0])  # 40 m/s into the wall
+    np.testing.assert_allclose(total, [-2.0, 0.0])
+    with pytest.raises(ConfigError, match=r"reward\.terms\.wall_impact.*per_mps.*<= 0"):
+        build_reward_manager({"terms": {"wall_impact": {"params": {"per_mps": 0.1}}}})
 
 
 def test_reward_normalizer_matches_running_moments():
