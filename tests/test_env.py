@@ -171,16 +171,22 @@ def test_reward_terms_add_up_with_weights_and_clips():
     np.testing.assert_allclose(total, [2.34, 1.456])
 
 
-def test_collate_shaping_leaves_potentials_out_of_the_step_reward():
-    cfg = default_reward_config()  # shaping: collate
-    mgr = build_reward_manager(cfg)
-    prev = {"p": [0, 0], "t": [0, 0], "f": [0, 0], "w": [0, 0], "v": [0, 0]}
+def _one_step(mgr, change: dict, **at_start) -> tuple:
+    """(total, parts) of `mgr`'s reward for one step of two cars standing at the origin, with
+    `at_start` over their first state and `change` over it for the second."""
+    prev = {"p": [0, 0], "t": [0, 0], "f": [0, 0], "w": [0, 0], "v": [0, 0], **at_start}
     prev["pos"] = [[0.0, 0, 0], [0.0, 0, 0]]
     env = _fake_env(prev, prev)
     mgr.bind(env)
     mgr.reset(np.array([0, 1]))
-    env.car = _fake_env(prev, {**prev, "p": [10, 0], "t": [50, 50]}).car
-    total, parts = mgr.compute()
+    env.car = _fake_env(prev, {**prev, **change}).car
+    return mgr.compute()
+
+
+def test_collate_shaping_leaves_potentials_out_of_the_step_reward():
+    cfg = default_reward_config()  # shaping: collate
+    mgr = build_reward_manager(cfg)
+    total, parts = _one_step(mgr, {"p": [10, 0], "t": [50, 50]})
     assert "zone_distance" not in parts
     np.testing.assert_allclose(total, [0.1 - 0.06, -0.06])
     # Phi = -0.1 * clip(distance, 2, 25): distances 10 and 0
@@ -198,13 +204,7 @@ def test_wall_impact_prices_the_speed_a_wall_takes_by_hand():
         [-1.4, 0.0, 0.0],
     )
     mgr = build_reward_manager({"terms": {"wall_impact": {"params": {"per_mps": -0.05}}}})
-    prev = {"p": [0, 0], "t": [0, 0], "f": [0, 0], "w": [0, 0], "v": [59, 40]}
-    prev["pos"] = [[0.0, 0, 0], [0.0, 0, 0]]
-    env = _fake_env(prev, prev)
-    mgr.bind(env)
-    mgr.reset(np.array([0, 1]))
-    env.car = _fake_env(prev, {**prev, "w": [1, 0], "v": [19, 37.6]}).car
-    total, parts = mgr.compute()
+    total, parts = _one_step(mgr, {"w": [1, 0], "v": [19, 37.6]}, v=[59, 40])
     np.testing.assert_allclose(parts["wall_impact"], [-2.0, 0.0])  # 40 m/s into the wall
     np.testing.assert_allclose(total, [-2.0, 0.0])
     with pytest.raises(ConfigError, match=r"reward\.terms\.wall_impact.*per_mps.*<= 0"):
