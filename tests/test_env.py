@@ -203,12 +203,19 @@ def test_wall_impact_prices_the_speed_a_wall_takes_by_hand():
         wall_impact_penalty(np.array([40, 30, 10]), np.array([12, 35, 8]), [1, 1, 0], -0.05),
         [-1.4, 0.0, 0.0],
     )
+    # with 10 m/s free a step: the 28 m/s hit costs 18 * 0.05, a 6 m/s scrape nothing
+    np.testing.assert_allclose(
+        wall_impact_penalty(np.array([40, 50]), np.array([12, 44]), [1, 1], -0.05, 10.0),
+        [-0.9, 0.0],
+    )
     mgr = build_reward_manager({"terms": {"wall_impact": {"params": {"per_mps": -0.05}}}})
     total, parts = _one_step(mgr, {"w": [1, 0], "v": [19, 37.6]}, v=[59, 40])
     np.testing.assert_allclose(parts["wall_impact"], [-2.0, 0.0])  # 40 m/s into the wall
     np.testing.assert_allclose(total, [-2.0, 0.0])
     with pytest.raises(ConfigError, match=r"reward\.terms\.wall_impact.*per_mps.*<= 0"):
         build_reward_manager({"terms": {"wall_impact": {"params": {"per_mps": 0.1}}}})
+    with pytest.raises(ConfigError, match=r"reward\.terms\.wall_impact.*free_mps.*>= 0"):
+        build_reward_manager({"terms": {"wall_impact": {"params": {"free_mps": -1.0}}}})
 
 
 def test_reward_normalizer_matches_running_moments():

@@ -19,12 +19,17 @@ def zone_distance_potential(distance_m: np.ndarray, scale: float, min_m: float, 
 
 
 def wall_impact_penalty(
-    speed_before: np.ndarray, speed_after: np.ndarray, wall_contact: np.ndarray, per_mps: float
+    speed_before: np.ndarray,
+    speed_after: np.ndarray,
+    wall_contact: np.ndarray,
+    per_mps: float,
+    free_mps: float = 0.0,
 ) -> np.ndarray:
-    """per_mps times the speed (m/s) lost over a step that touched a wall; 0 on other steps and
-    where the car did not slow: pure, checked by hand in the tests."""
-    lost = np.maximum(np.asarray(speed_before, float) - np.asarray(speed_after, float), 0.0)
-    return per_mps * np.where(np.asarray(wall_contact, bool), lost, 0.0)
+    """per_mps times the speed (m/s) lost over a step that touched a wall beyond its first
+    free_mps; 0 on other steps and where the car did not slow: pure, checked by hand."""
+    lost = np.asarray(speed_before, float) - np.asarray(speed_after, float)
+    over = np.maximum(lost - free_mps, 0.0)
+    return per_mps * np.where(np.asarray(wall_contact, bool), over, 0.0)
 
 
 @register_term("reward", "progress")
@@ -96,20 +101,27 @@ class WallImpactPenalty(RewardTerm):
     Why not wall_contact's flat cost: at a hairpin the sim's outer wall takes 30-40 m/s in one
     step, which saves about half a second of braking, so a fixed cost per step touching a wall
     is cheaper than braking and the wall stays the brake (docs/learning.md). Priced per m/s, a
-    hit that brakes is dear and a scrape along a wall is cheap. Engineered: it changes which
-    line is best, towards braking before the corner. Off by default."""
+    hit that brakes is dear and a scrape along a wall is cheap. `free_mps` makes the first m/s
+    of each step free: a scrape at 50 m/s takes 5-8 m/s (and braking while touching a wall
+    counts too), a wall used as a brake 15-35, so an allowance prices the brake alone.
+    Engineered: it changes which line is best, towards braking before the corner. Off by
+    default."""
 
-    def __init__(self, per_mps: float = -0.05) -> None:
+    def __init__(self, per_mps: float = -0.05, free_mps: float = 0.0) -> None:
         super().__init__()
         if not float(per_mps) <= 0.0:
             raise ValueError(
                 f"per_mps is a cost per m/s lost into a wall: must be <= 0, got {per_mps}"
             )
-        self.per_mps = float(per_mps)
+        if not float(free_mps) >= 0.0:
+            raise ValueError(f"free_mps is an allowance in m/s: must be >= 0, got {free_mps}")
+        self.per_mps, self.free_mps = float(per_mps), float(free_mps)
 
     def _get_term(self) -> np.ndarray:
         car, prev = self.env.car, self.env.prev_car
-        return wall_impact_penalty(prev.speed, car.speed, car.wall_contact, self.per_mps)
+        return wall_impact_penalty(
+            prev.speed, car.speed, car.wall_contact, self.per_mps, self.free_mps
+        )
 
 
 @register_term("reward", "zone_distance")
