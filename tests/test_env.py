@@ -212,6 +212,10 @@ def test_wall_impact_prices_the_speed_a_wall_takes_by_hand():
     total, parts = _one_step(mgr, {"w": [1, 0], "v": [19, 37.6]}, v=[59, 40])
     np.testing.assert_allclose(parts["wall_impact"], [-2.0, 0.0])  # 40 m/s into the wall
     np.testing.assert_allclose(total, [-2.0, 0.0])
+    free = {"per_mps": -0.05, "free_mps": 10.0}  # the term hands its allowance down
+    mgr = build_reward_manager({"terms": {"wall_impact": {"params": free}}})
+    _, parts = _one_step(mgr, {"w": [1, 0], "v": [19, 37.6]}, v=[59, 40])
+    np.testing.assert_allclose(parts["wall_impact"], [-1.5, 0.0])  # (40 - 10) m/s over
     with pytest.raises(ConfigError, match=r"reward\.terms\.wall_impact.*per_mps.*<= 0"):
         build_reward_manager({"terms": {"wall_impact": {"params": {"per_mps": 0.1}}}})
     with pytest.raises(ConfigError, match=r"reward\.terms\.wall_impact.*free_mps.*>= 0"):
