@@ -24,7 +24,11 @@ from trackmind.env.build import (
 from trackmind.env.gym_env import RaceEnv, RaceVectorEnv
 from trackmind.env.obs_terms import zone_minima
 from trackmind.env.observations import FLOATS
-from trackmind.env.reward_terms import wall_impact_penalty, zone_distance_potential
+from trackmind.env.reward_terms import (
+    contact_impact_penalty,
+    wall_impact_penalty,
+    zone_distance_potential,
+)
 from trackmind.env.rewards import RewardNormalizer, build_reward_manager
 from trackmind.env.spaces import SpaceTransformer
 from trackmind.errors import ConfigError
@@ -220,6 +224,27 @@ def test_wall_impact_prices_the_speed_a_wall_takes_by_hand():
         build_reward_manager({"terms": {"wall_impact": {"params": {"per_mps": 0.1}}}})
     with pytest.raises(ConfigError, match=r"reward\.terms\.wall_impact.*free_mps.*>= 0"):
         build_reward_manager({"terms": {"wall_impact": {"params": {"free_mps": -1.0}}}})
+
+
+def test_wall_impact_per_contact_counts_the_allowance_over_the_whole_contact_by_hand():
+    # a wall brake spread over three steps of 6 m/s (50 -> 32), 10 m/s free a contact: the
+    # steps pay 0, 2 * 0.05 and 6 * 0.05 (per step all three would be free); the step off the
+    # wall ends the contact; car 2 gains speed along a wall (nothing lost, nothing paid)
+    speeds, lost, costs = [[50, 20], [44, 22], [38, 23], [32, 24], [30, 25]], np.zeros(2), []
+    for before, after, wall in zip(speeds, speeds[1:], [[1, 1], [1, 1], [1, 1], [0, 1]]):
+        cost, lost = contact_impact_penalty(lost, before, after, wall, -0.05, 10.0)
+        costs.append(cost)
+    np.testing.assert_allclose(costs, [[0, 0], [-0.1, 0], [-0.3, 0], [0, 0]])
+    np.testing.assert_allclose(lost, [0, 0])
+    # a contact that began on the previous step carries its loss: 8 lost, then 4 more
+    cost, lost = contact_impact_penalty(np.array([8.0]), [40], [36], [1], -0.05, 10.0)
+    np.testing.assert_allclose([cost[0], lost[0]], [-0.1, 12.0])
+    params = {"per_mps": -0.05, "free_mps": 10.0, "per": "contact"}
+    mgr = build_reward_manager({"terms": {"wall_impact": {"params": params}}})
+    _, parts = _one_step(mgr, {"w": [1, 0], "v": [44, 37.6]}, v=[59, 40])
+    np.testing.assert_allclose(parts["wall_impact"], [-0.25, 0.0])  # (15 - 10) m/s over
+    with pytest.raises(ConfigError, match=r"reward\.terms\.wall_impact.*per.*'step' or"):
+        build_reward_manager({"terms": {"wall_impact": {"params": {"per": "lap"}}}})
 
 
 def test_reward_normalizer_matches_running_moments():

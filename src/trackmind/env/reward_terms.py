@@ -32,6 +32,26 @@ def wall_impact_penalty(
     return per_mps * np.where(np.asarray(wall_contact, bool), over, 0.0)
 
 
+def contact_impact_penalty(
+    lost_before: np.ndarray,
+    speed_before: np.ndarray,
+    speed_after: np.ndarray,
+    wall_contact: np.ndarray,
+    per_mps: float,
+    free_mps: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The wall price counted over a whole contact: (cost of this step, m/s lost so far in
+    the contact). A contact is a run of steps that touch a wall; its loss sums the speed lost
+    on each of them, and a step pays per_mps on what its loss adds beyond the first free_mps
+    of the contact. A step off the wall ends the contact (0 lost). Pure, checked by hand."""
+    lost = np.maximum(np.asarray(speed_before, float) - np.asarray(speed_after, float), 0.0)
+    touching = np.asarray(wall_contact, bool)
+    before = np.where(touching, np.asarray(lost_before, float), 0.0)
+    after = np.where(touching, before + lost, 0.0)
+    over = np.maximum(after - free_mps, 0.0) - np.maximum(before - free_mps, 0.0)
+    return per_mps * over, after
+
+
 @register_term("reward", "progress")
 class ProgressReward(RewardTerm):
     """Metres advanced along the reference line this step (negative when going back)."""
@@ -105,23 +125,39 @@ class WallImpactPenalty(RewardTerm):
     of each step free: a scrape at 50 m/s takes 5-8 m/s (and braking while touching a wall
     counts too), a wall used as a brake 15-35, so an allowance prices the brake alone.
     Engineered: it changes which line is best, towards braking before the corner. Off by
-    default."""
+    default. `per: contact` counts the allowance over a whole contact instead of each step:
+    per step, a wall brake spread over several steps that each stay near the allowance is
+    free, and agents learn to ride the wall so (docs/learning.md)."""
 
-    def __init__(self, per_mps: float = -0.05, free_mps: float = 0.0) -> None:
+    def __init__(self, per_mps: float = -0.05, free_mps: float = 0.0, per: str = "step") -> None:
         super().__init__()
+        if per not in ("step", "contact"):
+            raise ValueError(f"per must be 'step' or 'contact', got {per!r}")
         if not float(per_mps) <= 0.0:
             raise ValueError(
                 f"per_mps is a cost per m/s lost into a wall: must be <= 0, got {per_mps}"
             )
         if not float(free_mps) >= 0.0:
             raise ValueError(f"free_mps is an allowance in m/s: must be >= 0, got {free_mps}")
-        self.per_mps, self.free_mps = float(per_mps), float(free_mps)
+        self.per_mps, self.free_mps, self.per = float(per_mps), float(free_mps), per
+        self._lost: np.ndarray | None = None  # per car: m/s lost so far in its wall contact
+
+    def reset(self, cars: np.ndarray) -> None:
+        if self._lost is not None:
+            self._lost[cars] = 0.0
 
     def _get_term(self) -> np.ndarray:
         car, prev = self.env.car, self.env.prev_car
-        return wall_impact_penalty(
-            prev.speed, car.speed, car.wall_contact, self.per_mps, self.free_mps
+        if self.per == "step":
+            return wall_impact_penalty(
+                prev.speed, car.speed, car.wall_contact, self.per_mps, self.free_mps
+            )
+        if self._lost is None or len(self._lost) != len(car.speed):
+            self._lost = np.zeros(len(car.speed))
+        cost, self._lost = contact_impact_penalty(
+            self._lost, prev.speed, car.speed, car.wall_contact, self.per_mps, self.free_mps
         )
+        return cost
 
 
 @register_term("reward", "zone_distance")
