@@ -247,6 +247,31 @@ def test_wall_impact_per_contact_counts_the_allowance_over_the_whole_contact_by_
         build_reward_manager({"terms": {"wall_impact": {"params": {"per": "lap"}}}})
 
 
+def test_a_reward_weight_schedule_follows_the_frames_played_by_hand():
+    # the wall price comes in between 1,000 and 3,000 frames: weight 0, then 0.5, then 1
+    sched = {"weight": [[1000, 0.0], [3000, 1.0]], "params": {"per_mps": -0.05}}
+    mgr = build_reward_manager({"terms": {"wall_impact": sched}})
+    played = [0]
+    mgr.follow(lambda: played[0])
+    hit = ({"w": [1, 0], "v": [40, 37.6]}, {"v": [60, 40]})  # car 0 loses 20 m/s on a wall
+    for frames, price in [(0, 0.0), (500, 0.0), (2000, -0.5), (3000, -1.0), (9000, -1.0)]:
+        played[0] = frames
+        _, parts = _one_step(mgr, hit[0], **hit[1])
+        np.testing.assert_allclose(parts["wall_impact"], [price, 0.0])
+    # a manager that follows no counter keeps the weight of frame 0
+    free = build_reward_manager({"terms": {"wall_impact": sched}})
+    np.testing.assert_allclose(_one_step(free, hit[0], **hit[1])[1]["wall_impact"], [0.0, 0.0])
+    # one number stays one number; bad schedules and scheduled potentials are refused
+    flat = build_reward_manager({"terms": {"wall_impact": {"weight": 2.0}}})
+    assert flat.terms[0].weight == 2.0 and flat.terms[0].weight_schedule is None
+    with pytest.raises(ConfigError, match=r"reward\.terms\.wall_impact\.weight.*increase"):
+        build_reward_manager({"terms": {"wall_impact": {"weight": [[5, 1.0], [5, 0.0]]}}})
+    with pytest.raises(ConfigError, match=r"reward\.terms\.wall_impact\.weight_kind"):
+        build_reward_manager({"terms": {"wall_impact": {"weight": 1.0, "weight_kind": "cubic"}}})
+    with pytest.raises(ConfigError, match=r"reward\.terms\.speed_potential\.weight.*one number"):
+        build_reward_manager({"terms": {"speed_potential": {"weight": [[0, 1.0], [10, 0.0]]}}})
+
+
 def test_reward_normalizer_matches_running_moments():
     norm = RewardNormalizer(eps=0.0)
     a, b = np.array([1.0, 2.0, 3.0]), np.array([10.0, -4.0])

@@ -88,3 +88,17 @@ def test_exploration_races_start_mid_track_and_greedy_races_at_the_line():
         stats.add_race({**r, "finished": True, "race_time": 1000}, len(r["actions"]))
     assert "hairpins" not in stats.best_ms and "hairpins" not in stats.finishes
     assert stats.metrics()["races/mid_track"] == len(mid)
+
+
+def test_a_collectors_reward_weights_follow_the_frames_it_is_handed():
+    # the config path a user takes: a Hydra override, the run plan, a collector's parts
+    price = "+reward.terms.wall_impact={weight: [[0, 0.0], [100, 1.0]], params: {per_mps: -0.05}}"
+    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
+        cfg = compose("train", overrides=["debug=smoke", "network=iqn_floats", price])
+    spec = plan_run(cfg).collectors
+    race, _, _ = build_collector_parts(spec, n_cars=2, frames=lambda: 25)
+    term = race.reward.term("wall_impact")
+    assert term.weight == 0.0  # the schedule's frame-0 value until the first step
+    race.reset()
+    race.step(np.zeros(2, np.int64))
+    assert term.weight == pytest.approx(0.25)

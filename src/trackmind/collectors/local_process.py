@@ -103,7 +103,11 @@ def _run(
 
     col = spec.collector
     torch.set_num_threads(col.torch_threads)
-    race, cycle, net = build_collector_parts(spec, n_cars=col.cars_per_process, offset=idx)
+
+    def frames() -> int:
+        return shared.frames.value
+
+    race, cycle, net = build_collector_parts(spec, col.cars_per_process, idx, frames)
     stop = partial(should_stop, shared, parent)
     if server is not None:  # the server holds the weights: this process never pulls them
         remote = RemoteQ(server, idx, stop)
@@ -114,9 +118,6 @@ def _run(
         version = pull_weights(shared, net, -1)
         infer = make_inference_network(net, spec.network.compile)
         weights = AgentWeights(shared, infer.net, version, col.refresh_every_actions)
-
-    def frames() -> int:
-        return shared.frames.value
 
     acting = make_policy(spec, infer, race.n_cars, seed, frames=frames, remote=remote)
     starts = make_start_bank(spec, seed)

@@ -27,9 +27,13 @@ if TYPE_CHECKING:
 
 
 def build_collector_parts(
-    spec: CollectorSpec, n_cars: int, offset: int = 0
+    spec: CollectorSpec,
+    n_cars: int,
+    offset: int = 0,
+    frames: Callable[[], int] | None = None,
 ) -> tuple[VecRace, MapCycle, IQNNetwork]:
-    """(VecRace, MapCycle, network) for one collector; the cycle starts `offset` races in."""
+    """(VecRace, MapCycle, network) for one collector; the cycle starts `offset` races in, and
+    reward weights given as schedules follow `frames` (the frames played by all collectors)."""
     cycle = MapCycle(spec.cycle)
     for _ in range(offset * n_cars):
         cycle.next()
@@ -41,6 +45,8 @@ def build_collector_parts(
         instance=offset,  # a real game per collector: TMInterface server <prefix><offset>
         challenges=cycle.challenges,
     )
+    if frames is not None:
+        race.reward.follow(frames)
     stats = race.observation.term(FLOATS)
     net = build_network(
         spec.network,

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from trackmind.errors import ConfigError, check_known_keys, check_schema, require
+from trackmind.schedules import validate_points
 
 _REGISTRY: dict[str, dict[str, type]] = {"observation": {}, "reward": {}, "termination": {}}
 
@@ -94,11 +95,15 @@ class TermSpec:
 
 @dataclass
 class RewardTermSpec(TermSpec):
-    weight: float = 1.0
+    weight: Any = 1.0  # a number, or [[frames, value], ...]: a schedule over frames played
+    weight_kind: str = "linear"  # the schedule's interpolation (trackmind.schedules.KINDS)
     clip: Any = None  # [min, max], null = open
 
     def __post_init__(self) -> None:
-        require(math.isfinite(self.weight), "weight", f"must be a finite number, got {self.weight}")
+        w = self.weight
+        if isinstance(w, int | float) and not isinstance(w, bool):
+            require(math.isfinite(w), "weight", f"must be a finite number, got {w}")
+        self.weight = validate_points(w, self.weight_kind, "weight")
         clip = self.clip
         if clip is None:
             return

@@ -1,6 +1,9 @@
 """RewardManager: the reward of a step is the sum of clipped, weighted RewardTerms.
 
-A term's contribution is clip(value, clip_min, clip_max) * weight (seed 003). Potential
+A term's contribution is clip(value, clip_min, clip_max) * weight (seed 003). A weight may be
+a schedule over the frames played (a price that comes in, or fades, as training goes on): the
+manager then follows the collector's frame counter and sets the weight before every step.
+Potential
 terms (reward shaping, Ng et al. 1999) are special: their reward is gamma * Phi(s') - Phi(s),
 and the IQN pipeline applies that at replay time with the mini-race discount, so the manager
 can either add them to the step reward (`shaping: env`, for gymnasium users) or leave them
@@ -9,14 +12,15 @@ out and report Phi(s) for the rollout to record (`shaping: collate`, the default
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from trackmind.env.manager import Manager, ManagerTerm, RewardTermSpec, as_dict, build_term
-from trackmind.errors import check_schema, require
+from trackmind.errors import ConfigError, check_schema, require
+from trackmind.schedules import Schedule
 
 
 class RewardTerm(ManagerTerm):
@@ -27,6 +31,7 @@ class RewardTerm(ManagerTerm):
     def __init__(self) -> None:
         super().__init__()
         self.weight = 1.0
+        self.weight_schedule: Schedule | None = None  # sets `weight` from the frames played
         self.clip_min: float | None = None
         self.clip_max: float | None = None
 
@@ -84,9 +89,20 @@ class RewardManager(Manager):
             raise ValueError(f"shaping must be 'collate' or 'env', got {shaping!r}")
         self.shaping = shaping
         self.normalizer = normalizer
+        self.scheduled = [t for t in terms if t.weight_schedule is not None]
+        self.frames: Callable[[], float] | None = None
+
+    def follow(self, frames: Callable[[], float]) -> None:
+        """Read the frames played from `frames` before every step (scheduled weights); a
+        manager that follows nothing keeps each schedule's weight at frame 0."""
+        self.frames = frames
 
     def compute(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Reward of every car for the step just taken, and each term's contribution."""
+        if self.scheduled and self.frames is not None:
+            played = self.frames()
+            for t in self.scheduled:
+                t.weight = t.weight_schedule(played)
         parts: dict[str, np.ndarray] = {}
         total = None
         for t in self.terms:
@@ -165,7 +181,13 @@ def build_reward_manager(cfg: Mapping | Any, key: str = "reward") -> RewardManag
     terms = []
     for name, spec in as_dict(rc.terms, f"{key}.terms").items():
         term, entry = build_term("reward", name, spec, f"{key}.terms.{name}", RewardTermSpec)
-        term.weight = float(entry.weight)
+        points = entry.weight  # validated [(frames, value), ...]; one point: a constant
+        term.weight = float(points[0][1])
+        if len(points) > 1:
+            if term.is_potential:  # Phi(s) and Phi(s') must carry the same weight
+                msg = "a potential (shaping) term's weight must be one number, not a schedule"
+                raise ConfigError(f"{key}.terms.{name}.weight", msg)
+            term.weight_schedule = Schedule(points, entry.weight_kind)
         if entry.clip is not None:
             term.clip_min, term.clip_max = entry.clip
         terms.append(term)

@@ -122,7 +122,9 @@ class RolloutWorker:
         self.envs: list[EnvWorker] = []
         net = None
         for e in range(n_envs):  # game e of worker i starts where local collector i*n+e would
-            race, cycle, env_net = build_collector_parts(spec, n_cars, offset=index * n_envs + e)
+            race, cycle, env_net = build_collector_parts(
+                spec, n_cars, index * n_envs + e, self.frames
+            )
             starts = make_start_bank(spec, seed * 1000 + e)
             demos = make_demonstrator(spec, race, seed * 1000 + e, self.frames)
             sticky = make_sticky(spec, n_cars, seed * 1000 + e, self.frames)
