@@ -26,10 +26,11 @@ def wall_impact_penalty(
     free_mps: float = 0.0,
 ) -> np.ndarray:
     """per_mps times the speed (m/s) lost over a step that touched a wall beyond its first
-    free_mps; 0 on other steps and where the car did not slow: pure, checked by hand."""
-    lost = np.asarray(speed_before, float) - np.asarray(speed_after, float)
-    over = np.maximum(lost - free_mps, 0.0)
-    return per_mps * np.where(np.asarray(wall_contact, bool), over, 0.0)
+    free_mps; 0 on other steps and where the car did not slow: the per-contact price with
+    nothing carried in from earlier steps. Pure, checked by hand."""
+    carried = np.zeros(np.shape(speed_before))
+    args = (speed_before, speed_after, wall_contact, per_mps, free_mps)
+    return contact_impact_penalty(carried, *args)[0]
 
 
 def contact_impact_penalty(
@@ -148,15 +149,14 @@ class WallImpactPenalty(RewardTerm):
 
     def _get_term(self) -> np.ndarray:
         car, prev = self.env.car, self.env.prev_car
-        if self.per == "step":
-            return wall_impact_penalty(
-                prev.speed, car.speed, car.wall_contact, self.per_mps, self.free_mps
-            )
         if self._lost is None or len(self._lost) != len(car.speed):
             self._lost = np.zeros(len(car.speed))
-        cost, self._lost = contact_impact_penalty(
-            self._lost, prev.speed, car.speed, car.wall_contact, self.per_mps, self.free_mps
+        carried = self._lost if self.per == "contact" else np.zeros(len(car.speed))
+        cost, lost = contact_impact_penalty(
+            carried, prev.speed, car.speed, car.wall_contact, self.per_mps, self.free_mps
         )
+        if self.per == "contact":
+            self._lost = lost
         return cost
 
 
