@@ -3,11 +3,11 @@
 A term's contribution is clip(value, clip_min, clip_max) * weight (seed 003). A weight may be
 a schedule over the frames played (a price that comes in, or fades, as training goes on): the
 manager then follows the collector's frame counter and sets the weight before every step.
-Potential
-terms (reward shaping, Ng et al. 1999) are special: their reward is gamma * Phi(s') - Phi(s),
-and the IQN pipeline applies that at replay time with the mini-race discount, so the manager
-can either add them to the step reward (`shaping: env`, for gymnasium users) or leave them
-out and report Phi(s) for the rollout to record (`shaping: collate`, the default).
+Potential terms (reward shaping, Ng et al. 1999) are special: their reward is
+gamma * Phi(s') - Phi(s), and the IQN pipeline applies that at replay time with the mini-race
+discount, so the manager can either add them to the step reward (`shaping: env`, for gymnasium
+users) or leave them out and report Phi(s) for the rollout to record (`shaping: collate`, the
+default).
 """
 
 from __future__ import annotations
