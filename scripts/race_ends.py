@@ -14,8 +14,6 @@ into the wall) is the next question (scripts/value_audit.py, scripts/wall_contac
 
 from __future__ import annotations
 
-import json
-import shlex
 import sys
 from collections import Counter
 from collections.abc import Sequence
@@ -25,6 +23,7 @@ import bench_learning
 import failure_points
 
 from trackmind.cli import OneLineParser, positive_float, share
+from trackmind.notes import write_notes_table
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -117,10 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         print(" | ".join(map(str, r)))
     if args.json:
-        given = sys.argv[1:] if argv is None else argv
-        source = "python scripts/race_ends.py " + shlex.join(given)
-        out = {"columns": columns, "rows": rows, "source": source}
-        Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
+        write_notes_table(args.json, columns, rows, "race_ends", argv)
     return 0
 
 

@@ -12,14 +12,12 @@ on the angle, and so turns small changes of the weights into lost races.
 
 from __future__ import annotations
 
-import json
-import shlex
 import sys
-from pathlib import Path
 
 import numpy as np
 
 from trackmind.cli import OneLineParser, positive_float
+from trackmind.notes import write_notes_table
 
 
 def hard_hits(contacts: list[tuple[float, float, float]], min_drop: float) -> list:
@@ -28,28 +26,18 @@ def hard_hits(contacts: list[tuple[float, float, float]], min_drop: float) -> li
 
 
 def drive(checkpoint: str, map_name: str) -> dict:
-    from trackmind.evaluation import checkpoint_race, observation_q
+    from trackmind.evaluation import greedy_trace
 
-    race, net, network, _ = checkpoint_race(checkpoint, map_name)
-    k = network.n_quantiles_inference
-    obs, _ = race.reset()
-    contacts = []
-    for _ in range(100_000):
-        q = observation_q(net, obs, k)[0]
-        before = float(race.car.speed[0])
-        obs, _, terminated, truncated, _ = race.step(np.array([int(q.argmax())]))
-        if race.car.wall_contact[0]:
-            after = float(race.car.speed[0])
-            contacts.append(
-                (round(float(race.car.progress_m[0])), round(before, 1), round(after, 1))
-            )
-        if terminated[0] or truncated[0] or race.car.finished[0]:
-            break
-    finished = bool(race.car.finished[0])
+    t = greedy_trace(checkpoint, map_name)
+    touched = np.flatnonzero(t["wall_contact"])
+    contacts = [
+        (round(t["progress_m"][i]), round(t["speed_before"][i], 1), round(t["speed"][i], 1))
+        for i in touched
+    ]
     return {
-        "finished": finished,
-        "time_s": race.car.race_time_ms[0] / 1000 if finished else None,
-        "end_m": round(float(race.car.progress_m[0])),
+        "finished": t["finished"],
+        "time_s": t["race_time_s"],
+        "end_m": round(t["end_m"]),
         "contacts": contacts,
     }
 
@@ -84,11 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append([label, race, len(r["contacts"]), where])
         print(" | ".join(map(str, rows[-1])))
     if args.json:
-        given = sys.argv[1:] if argv is None else argv
-        source = "python scripts/wall_contacts.py " + shlex.join(given)
-        Path(args.json).write_text(
-            json.dumps({"columns": columns, "rows": rows, "source": source}, indent=1) + "\n"
-        )
+        write_notes_table(args.json, columns, rows, "wall_contacts", argv)
     return 0
 
 

@@ -101,6 +101,8 @@ SCRIPTS = [  # (id, script, argv, what the line must name)
     ("audit-brake", "value_audit", ["corrupt.ckpt", "--map", "starter", "--brake", "x"], "--brake"),
     ("walls-missing", "wall_contacts", ["nope.pt", "--map", "starter"], "nope.pt"),
     ("walls-drop", "wall_contacts", ["x.pt", "--map", "starter", "--min-drop", "-1"], "--min-drop"),
+    ("laps-missing", "lap_sections", ["nope.pt", "--map", "starter"], "nope.pt"),
+    ("laps-map", "lap_sections", ["x.pt", "--map", "nope"], "nope"),
     ("race-ends-map", "race_ends", ["--map", "nowhere.csv", "--runs", "abc"], "nowhere.csv"),
     ("race-ends-share", "race_ends", ["--map=starter", "--runs=a", "--min-share=2"], "--min-share"),
     ("target-argmax-missing", "target_argmax", ["nope.pt", "--map", "starter"], "nope.pt"),

@@ -26,6 +26,7 @@ from trackmind.env.obs_terms import zone_minima
 from trackmind.env.observations import FLOATS
 from trackmind.env.reward_terms import (
     contact_impact_penalty,
+    impact_cost,
     wall_impact_penalty,
     zone_distance_potential,
 )
@@ -245,6 +246,38 @@ def test_wall_impact_per_contact_counts_the_allowance_over_the_whole_contact_by_
     np.testing.assert_allclose(parts["wall_impact"], [-0.25, 0.0])  # (15 - 10) m/s over
     with pytest.raises(ConfigError, match=r"reward\.terms\.wall_impact.*per.*'step' or"):
         build_reward_manager({"terms": {"wall_impact": {"params": {"per": "lap"}}}})
+
+
+def test_a_curved_wall_price_makes_scrapes_cheap_and_hits_dear_by_hand():
+    # exponent 2, knee 30 m/s, -0.035 per m/s: 6 m/s costs 0.035 * 30 * (6/30)^2 = 0.042 (0.2
+    # of the linear 0.21), 30 m/s the linear 1.05, 45 m/s 0.035 * 30 * 1.5^2 = 2.3625
+    np.testing.assert_allclose(
+        impact_cost(np.array([0.0, 6.0, 30.0, 45.0]), -0.035, 2.0, 30.0),
+        [0.0, -0.042, -1.05, -2.3625],
+    )
+    # exponent 1 is the linear price whatever the knee
+    np.testing.assert_allclose(impact_cost(np.array([28.0]), -0.05, 1.0, 7.0), [-1.4])
+    # per step: a 28 m/s hit and a 6 m/s scrape, exponent 2, knee 30, -0.05
+    np.testing.assert_allclose(
+        wall_impact_penalty(np.array([40, 50]), np.array([12, 44]), [1, 1], -0.05, 0.0, 2.0),
+        [-0.05 * 30 * (28 / 30) ** 2, -0.05 * 30 * 0.04],
+    )
+    # per contact: three steps of 6 m/s pay f(6), f(12) - f(6), f(18) - f(12) with
+    # f(x) = 0.05 * 30 * (x/30)^2 = 0.06, 0.24, 0.54: spreading a hit buys nothing
+    speeds, lost, costs = [[50], [44], [38], [32]], np.zeros(1), []
+    for before, after in zip(speeds, speeds[1:]):
+        cost, lost = contact_impact_penalty(lost, before, after, [1], -0.05, 0.0, 2.0, 30.0)
+        costs.append(cost[0])
+    np.testing.assert_allclose(costs, [-0.06, -0.18, -0.30])
+    params = {"per_mps": -0.05, "exponent": 2.0, "knee_mps": 20.0, "per": "contact"}
+    mgr = build_reward_manager({"terms": {"wall_impact": {"params": params}}})
+    _, parts = _one_step(mgr, {"w": [1, 0], "v": [19, 37.6]}, v=[59, 40])
+    # 40 m/s into the wall: 0.05 * 20 * 2^2 = 4.0
+    np.testing.assert_allclose(parts["wall_impact"], [-4.0, 0.0])
+    with pytest.raises(ConfigError, match=r"reward\.terms\.wall_impact.*exponent.*>= 1"):
+        build_reward_manager({"terms": {"wall_impact": {"params": {"exponent": 0.5}}}})
+    with pytest.raises(ConfigError, match=r"reward\.terms\.wall_impact.*knee_mps.*> 0"):
+        build_reward_manager({"terms": {"wall_impact": {"params": {"knee_mps": 0.0}}}})
 
 
 def test_a_reward_weight_schedule_follows_the_frames_played_by_hand():

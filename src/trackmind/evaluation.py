@@ -220,6 +220,52 @@ def checkpoint_race(path: str, map_name: str):
     return race, net, network, cfg
 
 
+def greedy_trace(path: str, map_name: str, max_steps: int = 100_000) -> dict:
+    """One greedy race of a checkpoint on one map (quantile midpoints, as training's greedy
+    races: in the sim the race depends on the weights alone), step by step: the action taken,
+    then the car's progress (m along the centre line), race clock (s), speed (m/s) and wall
+    contact after it, and its speed before it; with how the race ended. What the tools that
+    ask where a race loses its time or its speed read."""
+    race, net, network, _ = checkpoint_race(path, map_name)
+    k = network.n_quantiles_inference
+    rows: list[tuple[float, float, float, float, bool, int]] = []
+    try:
+        obs, _ = race.reset()
+        car = race.car
+        for _ in range(max_steps):
+            action = int(observation_q(net, obs, k)[0].argmax())
+            before = float(car.speed[0])
+            obs, _, terminated, truncated, _ = race.step(np.array([action]))
+            car = race.car
+            rows.append(
+                (
+                    float(car.progress_m[0]),
+                    float(car.race_time_ms[0]) / 1000.0,
+                    float(car.speed[0]),
+                    before,
+                    bool(car.wall_contact[0]),
+                    action,
+                )
+            )
+            if terminated[0] or truncated[0] or car.finished[0]:
+                break
+        finished = bool(car.finished[0])
+    finally:
+        race.close()
+    cols = list(zip(*rows, strict=True)) if rows else [()] * 6
+    return {
+        "progress_m": np.asarray(cols[0], dtype=np.float64),
+        "time_s": np.asarray(cols[1], dtype=np.float64),
+        "speed": np.asarray(cols[2], dtype=np.float64),
+        "speed_before": np.asarray(cols[3], dtype=np.float64),
+        "wall_contact": np.asarray(cols[4], dtype=bool),
+        "action": np.asarray(cols[5], dtype=np.int64),
+        "finished": finished,
+        "race_time_s": rows[-1][1] if finished else None,
+        "end_m": rows[-1][0] if rows else 0.0,
+    }
+
+
 def _evaluate_map(
     race,
     cfg,

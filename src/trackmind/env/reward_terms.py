@@ -24,13 +24,25 @@ def wall_impact_penalty(
     wall_contact: np.ndarray,
     per_mps: float,
     free_mps: float = 0.0,
+    exponent: float = 1.0,
+    knee_mps: float = 30.0,
 ) -> np.ndarray:
     """per_mps times the speed (m/s) lost over a step that touched a wall beyond its first
-    free_mps; 0 on other steps and where the car did not slow: the per-contact price with
-    nothing carried in from earlier steps. Pure, checked by hand."""
+    free_mps (curved by `exponent`, see impact_cost); 0 on other steps and where the car did
+    not slow: the per-contact price with nothing carried in from earlier steps. Pure,
+    checked by hand."""
     carried = np.zeros(np.shape(speed_before))
-    args = (speed_before, speed_after, wall_contact, per_mps, free_mps)
+    args = (speed_before, speed_after, wall_contact, per_mps, free_mps, exponent, knee_mps)
     return contact_impact_penalty(carried, *args)[0]
+
+
+def impact_cost(lost: np.ndarray, per_mps: float, exponent: float, knee_mps: float) -> np.ndarray:
+    """The price of `lost` m/s: per_mps * knee * (lost / knee) ** exponent. Exponent 1 is
+    per_mps * lost whatever the knee; above 1 a loss under the knee costs less than that line
+    and one over it more (exponent 2, knee 30: a 6 m/s scrape 0.2 of the linear price, a 45
+    m/s hit 1.5 of it), with no threshold to ride. Pure, checked by hand."""
+    x = np.maximum(np.asarray(lost, float), 0.0)
+    return per_mps * knee_mps * (x / knee_mps) ** exponent
 
 
 def contact_impact_penalty(
@@ -40,17 +52,22 @@ def contact_impact_penalty(
     wall_contact: np.ndarray,
     per_mps: float,
     free_mps: float,
+    exponent: float = 1.0,
+    knee_mps: float = 30.0,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The wall price counted over a whole contact: (cost of this step, m/s lost so far in
     the contact). A contact is a run of steps that touch a wall; its loss sums the speed lost
-    on each of them, and a step pays per_mps on what its loss adds beyond the first free_mps
-    of the contact. A step off the wall ends the contact (0 lost). Pure, checked by hand."""
+    on each of them, and a step pays what its loss adds to the price of the contact's loss
+    beyond its first free_mps (impact_cost). A step off the wall ends the contact (0 lost).
+    Pure, checked by hand."""
     lost = np.maximum(np.asarray(speed_before, float) - np.asarray(speed_after, float), 0.0)
     touching = np.asarray(wall_contact, bool)
     before = np.where(touching, np.asarray(lost_before, float), 0.0)
     after = np.where(touching, before + lost, 0.0)
-    over = np.maximum(after - free_mps, 0.0) - np.maximum(before - free_mps, 0.0)
-    return per_mps * over, after
+    cost = impact_cost(after - free_mps, per_mps, exponent, knee_mps) - impact_cost(
+        before - free_mps, per_mps, exponent, knee_mps
+    )
+    return cost, after
 
 
 @register_term("reward", "progress")
@@ -128,10 +145,24 @@ class WallImpactPenalty(RewardTerm):
     Engineered: it changes which line is best, towards braking before the corner. Off by
     default. `per: contact` counts the allowance over a whole contact instead of each step:
     per step, a wall brake spread over several steps that each stay near the allowance is
-    free, and agents learn to ride the wall so (docs/learning.md)."""
+    free, and agents learn to ride the wall so (docs/learning.md). `exponent` > 1 curves the
+    price instead (impact_cost): scrapes cheap, hits dear, equal to the linear price at
+    `knee_mps`, with no allowance to ride."""
 
-    def __init__(self, per_mps: float = -0.05, free_mps: float = 0.0, per: str = "step") -> None:
+    def __init__(
+        self,
+        per_mps: float = -0.05,
+        free_mps: float = 0.0,
+        per: str = "step",
+        exponent: float = 1.0,
+        knee_mps: float = 30.0,
+    ) -> None:
         super().__init__()
+        if not float(exponent) >= 1.0:
+            raise ValueError(f"exponent curves the price upwards: must be >= 1, got {exponent}")
+        if not float(knee_mps) > 0.0:
+            raise ValueError(f"knee_mps is a speed loss in m/s: must be > 0, got {knee_mps}")
+        self.exponent, self.knee_mps = float(exponent), float(knee_mps)
         if per not in ("step", "contact"):
             raise ValueError(f"per must be 'step' or 'contact', got {per!r}")
         if not float(per_mps) <= 0.0:
@@ -153,7 +184,14 @@ class WallImpactPenalty(RewardTerm):
             self._lost = np.zeros(len(car.speed))
         carried = self._lost if self.per == "contact" else np.zeros(len(car.speed))
         cost, lost = contact_impact_penalty(
-            carried, prev.speed, car.speed, car.wall_contact, self.per_mps, self.free_mps
+            carried,
+            prev.speed,
+            car.speed,
+            car.wall_contact,
+            self.per_mps,
+            self.free_mps,
+            self.exponent,
+            self.knee_mps,
         )
         if self.per == "contact":
             self._lost = lost
