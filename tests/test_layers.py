@@ -158,7 +158,18 @@ def test_no_package_level_import_cycle():
 # deferred ones inside functions alike). Upward choices (the real game, Ray) are entry points
 # named in trackmind.backends and imported by name when a run chooses them.
 LAYERS = [
-    {"errors", "defaults", "logs", "queueing", "backends", "cli", "conf", "netprobe", "schedules"},
+    {
+        "errors",
+        "defaults",
+        "logs",
+        "queueing",
+        "backends",
+        "cli",
+        "conf",
+        "netprobe",
+        "schedules",
+        "notes",
+    },
     {"game"},  # the contract every game implements
     {"sim"},
     {"env", "tracking"},
