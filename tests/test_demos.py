@@ -172,7 +172,8 @@ def test_a_maps_share_follows_its_own_schedule_over_frames():
     "overrides, want",
     [
         (["map=hairpins"], ["hairpins"]),
-        (["map=technical"], []),
+        (["map=technical"], ["technical"]),
+        (["map=technical", "exploration.demos.share=0"], []),
         (["map=hairpins", "exploration=linesight"], ["hairpins"]),  # no demos section: the map's
         (["map=hairpins", "exploration.demos.share=0"], []),
         (["map=technical", "exploration.demos.share=0.25"], ["technical"]),
@@ -192,14 +193,14 @@ def test_a_run_demonstrates_where_its_config_asks(overrides, want):
     assert (make_demonstrator(spec, race, 0, lambda: 0) is not None) == bool(want)
 
 
-def test_the_defaults_demonstrate_on_hairpins_alone():
+def test_the_defaults_demonstrate_on_hairpins_and_technical_alone():
     from trackmind.defaults import conf_option
 
     assert DemosConfig.from_config(conf_option("exploration", "fast")["demos"]).share is None
     for name in ("hairpins", "technical", "starter", "builtin_cycle"):
         entries = MapCycle.from_config(conf_option("map", name)["cycle"]).entries
         demos = DemosConfig.from_config(conf_option("exploration", "fast")["demos"])
-        want = ["hairpins"] if name == "hairpins" else []
+        want = [name] if name in ("hairpins", "technical") else []
         assert demos.enabled_on(entries) == want
     hairpins = MapCycle.from_config(conf_option("map", "hairpins")["cycle"]).entries[0]
     assert demos.share_of(hairpins)(0) == demos.share_of(hairpins)(10**7) == 0.25

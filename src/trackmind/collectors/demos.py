@@ -17,8 +17,9 @@ values and whether they were its greedy choice. They are not evaluation: the lea
 them out of finish rates and best times (RaceStats), like mid-track starts.
 
 The share is set per map: a map's cycle row names its own (`{map: hairpins, demos: 0.25}`,
-0 where unset), since what helps one map can slow another (technical drove 1.16x against
-1.13x with a share that lifted hairpins from 77% to 97-100% finished). A value of
+0 where unset), since what helps one map can slow another (alone, technical drove 1.16x
+against 1.13x with a share that lifted hairpins from 77% to 97-100% finished; technical sets
+it beside its wall price, env/map_prices.py). A value of
 `exploration.demos.share` sets every map's share at once and takes precedence.
 """
 

@@ -14,6 +14,7 @@ from trackmind.agent.network_config import build_network
 from trackmind.collectors.demos import Demonstrator
 from trackmind.env.build import float_dim_of, frame_shape_of, make_race
 from trackmind.env.map_cycle import MapCycle
+from trackmind.env.map_prices import price_walls_by_map
 from trackmind.env.observations import FLOATS
 from trackmind.env.sticky import StickyActions, sticky_on
 from trackmind.game.starts import StartBank
@@ -45,6 +46,7 @@ def build_collector_parts(
         instance=offset,  # a real game per collector: TMInterface server <prefix><offset>
         challenges=cycle.challenges,
     )
+    price_walls_by_map(race, cycle.entries)  # the maps' own wall prices, if they name any
     if frames is not None:
         race.reward.follow(frames)
     stats = race.observation.term(FLOATS)

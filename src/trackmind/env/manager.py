@@ -77,6 +77,14 @@ class Manager:
         for t in self.terms:
             t.reset(cars)
 
+    def add(self, term: ManagerTerm) -> None:
+        """One more term after the manager was built (bound at once if the manager is)."""
+        if any(t.name == term.name for t in self.terms):
+            raise ValueError(f"duplicate term name: {term.name}")
+        self.terms.append(term)
+        if self.env is not None:
+            term.bind(self.env)
+
     def term(self, name: str) -> ManagerTerm:
         for t in self.terms:
             if t.name == name:

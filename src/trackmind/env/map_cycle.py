@@ -38,9 +38,19 @@ class CycleEntryConfig:
     # this map's probability of sticky actions in exploration races (env/sticky.py): one
     # value or [[frames, p], ...]; None: 0. exploration.sticky, when set, overrides it
     sticky: Any = None
+    # this map's wall price (env/map_prices.py): the reward's cost per m/s its cars lose into a
+    # wall on a step (wall_impact's per_mps, <= 0); None: none. A run's reward.terms.wall_impact,
+    # when set, prices every map and takes precedence
+    wall_price: float | None = None
 
     def __post_init__(self) -> None:
         require(bool(self.map), "map", f"must be a map name or file, got {self.map!r}")
+        price = self.wall_price
+        require(
+            price is None or price <= 0.0,
+            "wall_price",
+            f"is a cost per m/s lost into a wall: must be <= 0, got {price!r}",
+        )
         for name in ("exploration", "greedy"):
             v = getattr(self, name)
             require(v >= 0, name, f"must be an integer >= 0, got {v!r}")
@@ -65,6 +75,7 @@ class CycleEntry:
     challenge: str | None = None  # the real game's challenge file (env.backend=tminterface)
     demos: Schedule | None = None  # this map's share of demonstration races (None: 0)
     sticky: Schedule | None = None  # this map's sticky-action probability (None: 0)
+    wall_price: float | None = None  # this map's wall price per m/s lost (None: none)
 
 
 class MapCycle:
@@ -122,7 +133,16 @@ class MapCycle:
             for name in names:
                 track = _load_entry(name, c, k, loaded)
                 entries.append(
-                    CycleEntry(name, track, c.exploration, c.greedy, c.challenge, demos, sticky)
+                    CycleEntry(
+                        name,
+                        track,
+                        c.exploration,
+                        c.greedy,
+                        c.challenge,
+                        demos,
+                        sticky,
+                        c.wall_price,
+                    )
                 )
         if all(e.exploration + e.greedy == 0 for e in entries):
             raise ConfigError(key, "every entry has 0 races")

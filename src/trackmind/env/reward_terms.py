@@ -7,6 +7,9 @@ and a potential Phi = -0.1 * clip(distance to the zone center ahead, 2, 25).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 
 from trackmind.env.manager import register_term
@@ -36,7 +39,9 @@ def wall_impact_penalty(
     return contact_impact_penalty(carried, *args)[0]
 
 
-def impact_cost(lost: np.ndarray, per_mps: float, exponent: float, knee_mps: float) -> np.ndarray:
+def impact_cost(
+    lost: np.ndarray, per_mps: float | np.ndarray, exponent: float, knee_mps: float
+) -> np.ndarray:
     """The price of `lost` m/s: per_mps * knee * (lost / knee) ** exponent. Exponent 1 is
     per_mps * lost whatever the knee; above 1 a loss under the knee costs less than that line
     and one over it more (exponent 2, knee 30: a 6 m/s scrape 0.2 of the linear price, a 45
@@ -50,7 +55,7 @@ def contact_impact_penalty(
     speed_before: np.ndarray,
     speed_after: np.ndarray,
     wall_contact: np.ndarray,
-    per_mps: float,
+    per_mps: float | np.ndarray,
     free_mps: float,
     exponent: float = 1.0,
     knee_mps: float = 30.0,
@@ -173,10 +178,36 @@ class WallImpactPenalty(RewardTerm):
             raise ValueError(f"free_mps is an allowance in m/s: must be >= 0, got {free_mps}")
         self.per_mps, self.free_mps, self.per = float(per_mps), float(free_mps), per
         self._lost: np.ndarray | None = None  # per car: m/s lost so far in its wall contact
+        self._by_map: dict[str, float] | None = None  # track fingerprint -> per_mps
+        self._of_track: dict[int, tuple[Any, float]] = {}  # id(track) -> (track, its price)
+        self._price: np.ndarray | None = None  # per car, with _by_map: its map's per_mps
+
+    def price_maps(self, prices: Mapping[str, float]) -> None:
+        """Price each car by the map it races (track fingerprint -> per_mps; 0 on a map not
+        named) instead of one per_mps for all: the maps' own wall prices (env/map_prices.py)."""
+        self._by_map = {k: float(v) for k, v in prices.items()}
+        self._of_track, self._price = {}, None
+
+    def _map_price(self, track: Any) -> float:
+        hit = self._of_track.get(id(track))
+        if hit is None:  # keeps the track alive, so its id stays its own
+            hit = self._of_track[id(track)] = (track, self._by_map.get(track.fingerprint(), 0.0))
+        return hit[1]
 
     def reset(self, cars: np.ndarray) -> None:
         if self._lost is not None:
             self._lost[cars] = 0.0
+        if self._price is not None:
+            for c in np.atleast_1d(cars):
+                self._price[c] = self._map_price(self.env.tracks[c])
+
+    def car_prices(self, n: int) -> float | np.ndarray:
+        """per_mps, or each of the n cars' map's price when the maps set their own."""
+        if self._by_map is None:
+            return self.per_mps
+        if self._price is None or len(self._price) != n:
+            self._price = np.array([self._map_price(t) for t in self.env.tracks], float)
+        return self._price
 
     def _get_term(self) -> np.ndarray:
         car, prev = self.env.car, self.env.prev_car
@@ -188,7 +219,7 @@ class WallImpactPenalty(RewardTerm):
             prev.speed,
             car.speed,
             car.wall_contact,
-            self.per_mps,
+            self.car_prices(len(car.speed)),
             self.free_mps,
             self.exponent,
             self.knee_mps,
