@@ -12,17 +12,29 @@ from trackmind.env.map_cycle import MapCycle
 from trackmind.env.rollout import GameInstanceManager
 from trackmind.errors import ConfigError
 from trackmind.sim.driver import steer_after
+from trackmind.sim.mapio import load_map
+from trackmind.sim.reference import grip_profile, reference_lap
 from trackmind.sim.vehicle import VehicleParams
 from trackmind.training.factory import check_demos_game
 from trackmind.training.race_stats import RaceStats
 
 
-def _gim(n_cars: int, cycle_cfg: list, share, epsilon: float = 0.0, frames=lambda: 0):
+def _gim(
+    n_cars: int,
+    cycle_cfg: list,
+    share,
+    epsilon: float = 0.0,
+    frames=lambda: 0,
+    profile: str = "share",
+    pace: tuple[float, float] = (0.8, 0.9),
+):
     env = default_env_config()
     env["frame_shape"] = [24, 32]
     cycle = MapCycle.from_config(cycle_cfg)
     race = make_race(env, n_cars=n_cars, maps=cycle.entries[0].track)
-    cfg = DemosConfig.from_config({"share": share, "pace": [0.8, 0.9], "epsilon": epsilon})
+    cfg = DemosConfig.from_config(
+        {"share": share, "pace": list(pace), "epsilon": epsilon, "profile": profile}
+    )
     demos = Demonstrator(cfg, n_cars, seed=0, frames=frames, vehicle=race.game.vehicle)
     return race, GameInstanceManager(race, cycle, demos=demos)
 
@@ -50,8 +62,10 @@ def test_steer_after_is_rate_and_lock_limited_by_hand():
     assert steer_after(0.01, 0, 10.0, p, 0.1) == pytest.approx(max(0.0, 0.01 - step))
 
 
-def test_demonstration_races_finish_and_record_the_networks_view():
-    race, gim = _gim(2, [{"map": "starter", "exploration": 1, "greedy": 0}], share=1.0)
+@pytest.mark.parametrize("profile, pace", [("share", (0.8, 0.9)), ("grip", (0.6, 0.8))])
+def test_demonstration_races_finish_and_record_the_networks_view(profile, pace):
+    row = [{"map": "starter", "exploration": 1, "greedy": 0}]
+    race, gim = _gim(2, row, share=1.0, profile=profile, pace=pace)
     policy = _standing_policy(2)
     gim.begin()
     assert gim.demos.active.all()
@@ -223,9 +237,43 @@ def test_race_stats_keep_demonstrations_out_of_finish_rates_and_best_times():
         ({"pace": [0.9]}, "exploration.demos.pace"),
         ({"epsilon": 2.0}, "exploration.demos.epsilon"),
         ({"speed": 1.0}, "exploration.demos.speed"),
+        ({"profile": "late"}, "exploration.demos.profile"),
+        ({"profile": "grip", "pace": [0.7, 1.2]}, "exploration.demos.pace"),
     ],
 )
 def test_bad_demos_config_names_the_key(cfg, key):
     with pytest.raises(ConfigError) as e:
         DemosConfig.from_config(cfg)
     assert str(e.value).startswith(key)
+
+
+def test_the_grip_profile_takes_corners_at_the_root_of_the_grip_by_hand():
+    """Two laps of a 50 m circle: the limit there is sqrt(mu * g * 50) (3.0 * 9.81 * 50: 38.36
+    m/s); with 0.64 of the grip 0.8 of it, 30.69 m/s. The car starts from rest, so the first
+    points are slower; it reaches the cap well inside the first lap."""
+    p = VehicleParams()
+    angle = np.arange(0.0, 4.0 * np.pi, 2.0 / 50.0)  # a point every 2 m
+    line = 50.0 * np.stack([np.cos(angle), np.sin(angle)], axis=1)
+    full, low = grip_profile(line, p, 1.0), grip_profile(line, p, 0.64)
+    inner = slice(len(line) // 2, -5)
+    np.testing.assert_allclose(full[inner], np.sqrt(3.0 * 9.81 * 50.0), rtol=2e-3)
+    np.testing.assert_allclose(low[inner], np.sqrt(0.64 * 3.0 * 9.81 * 50.0), rtol=2e-3)
+    assert low[1] > 0 and np.all(low <= full + 1e-9)
+    with pytest.raises(ValueError, match="grip"):
+        grip_profile(line, p, 1.2)
+
+
+def test_the_grip_profile_keeps_the_straights_and_brakes_later_than_a_share():
+    """On technical: grip 0.7 reaches 0.9 of the limit's top speed (62 of 68 m/s: its brakes
+    too are held to 0.7 of the grip, so it brakes a little sooner), where a share of 0.8 caps
+    every speed at 0.8 of the limit; it is never above the limit profile, and its corners are
+    taken at about sqrt(0.7) of their limit."""
+    track = load_map("technical")
+    p = VehicleParams()
+    lap = reference_lap(track, p)
+    low = grip_profile(lap.line, p, 0.7)
+    assert np.all(low <= lap.speed + 1e-9)
+    assert low.max() > 0.88 * lap.speed.max()
+    corners = (lap.speed < 0.5 * lap.speed.max()) & (lap.s > lap.s[0] + 200.0)  # not the start
+    np.testing.assert_array_less(low[corners], lap.speed[corners] + 1e-9)
+    assert np.median(low[corners] / lap.speed[corners]) == pytest.approx(np.sqrt(0.7), rel=0.05)

@@ -11,7 +11,7 @@ from specs import CONF, collector_spec
 
 from trackmind.collectors.parts import build_collector_parts
 from trackmind.env.map_cycle import MapCycle
-from trackmind.env.map_prices import map_wall_prices, price_walls_by_map
+from trackmind.env.map_prices import map_wall_prices, price_walls_by_map, priced_as_recorded
 from trackmind.env.reward_terms import WallImpactPenalty
 from trackmind.errors import ConfigError
 from trackmind.game.actions import ACTIONS
@@ -106,3 +106,28 @@ def test_technicals_row_pays_what_the_measured_run_override_paid():
 def _spec(*overrides: str):
     with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
         return collector_spec(compose("train", overrides=list(overrides)))
+
+
+def test_a_checkpoint_raced_again_pays_the_price_its_run_gave_the_map(tmp_path):
+    """value_audit's returns and evaluation's races: the map named alone gets the wall price
+    of the run's own row for it (matched by name), and a map the run did not price none."""
+    import torch
+
+    from trackmind.evaluation import checkpoint_race
+    from trackmind.training.factory import plan_run
+
+    entries = MapCycle.from_config(["starter", "flow"]).entries
+    rows = [{"map": "starter", "wall_price": -0.035}, "flow"]
+    priced = priced_as_recorded(entries, rows)
+    assert [e.wall_price for e in priced] == [-0.035, None]
+    assert [e.wall_price for e in priced_as_recorded(entries, None)] == [None, None]
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
+        plan = plan_run(compose("train", overrides=["map=technical", "network=iqn_floats"]))
+    _, _, net = build_collector_parts(plan.collectors, n_cars=1)
+    agent = tmp_path / "agent.pt"
+    torch.save({"network": net.state_dict(), "config": plan.cfg}, agent)
+    race = checkpoint_race(str(agent), "technical")[0]
+    race.reset()
+    assert race.reward.term("wall_impact").car_prices(1)[0] == -0.035
+    race = checkpoint_race(str(agent), "starter")[0]
+    assert not any(isinstance(t, WallImpactPenalty) for t in race.reward.terms)

@@ -18,6 +18,7 @@ from trackmind.agent.inference import observation_q
 from trackmind.agent.network_config import build_network, network_config
 from trackmind.env.build import build_managers, make_race
 from trackmind.env.map_cycle import loadable_cycle
+from trackmind.env.map_prices import price_walls_by_map, priced_as_recorded
 from trackmind.env.observations import FLOATS
 from trackmind.env.rollout import GameInstanceManager
 from trackmind.game.actions import ACTION_NAMES
@@ -138,6 +139,7 @@ def evaluate(
         race = make_race(
             cfg.env, cfg.reward, n_cars=1, maps=entry.track, challenges=cycle.challenges
         )
+        price_walls_by_map(race, priced_as_recorded([entry], cfg.map.get("cycle")))
         try:
             rows.append(
                 _evaluate_map(
@@ -212,6 +214,7 @@ def checkpoint_race(path: str, map_name: str):
         raise ValueError(f"map {map_name}: names {len(cycle.entries)} maps, this tool races one")
     cfg = recorded_config(ckpt["config"])
     race = make_race(cfg.env, cfg.reward, n_cars=1, maps=cycle.entries[0].track)
+    price_walls_by_map(race, priced_as_recorded(cycle.entries, cfg.map.get("cycle")))
     try:
         net, network = checkpoint_network(race, cfg, ckpt)
     except ValueError:

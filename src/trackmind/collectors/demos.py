@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from trackmind.env.map_cycle import CycleEntry
 
 KEY = "exploration.demos"
+PROFILES = ("share", "grip")
 
 
 @dataclass
@@ -55,14 +56,29 @@ class DemosConfig:
     pace: list[float] = field(default_factory=lambda: MISSING)  # [low, high] share of the
     # limit speed, drawn uniformly per race
     epsilon: float = MISSING  # probability of a uniform random action at each step
+    # what `pace` scales: share, the limit speed profile everywhere (straights too); grip,
+    # the tyre grip the profile is computed with (corners at sqrt(pace) of their limit,
+    # straights at full throttle, brakes as late as that grip allows: sim/reference.py's
+    # grip_profile)
+    profile: str = "share"
 
     def __post_init__(self) -> None:
         self.schedule()
+        require(
+            self.profile in PROFILES,
+            f"{KEY}.profile",
+            f"must be one of {', '.join(PROFILES)}, got {self.profile!r}",
+        )
         pace = list(self.pace)
         require(
             len(pace) == 2 and 0.0 < pace[0] <= pace[1] <= 1.5,
             f"{KEY}.pace",
             f"must be [low, high] with 0 < low <= high <= 1.5, got {pace!r}",
+        )
+        require(
+            self.profile != "grip" or pace[1] <= 1.0,
+            f"{KEY}.pace",
+            f"is a share of the tyre grip with profile grip: must be at most 1, got {pace!r}",
         )
         require(
             0.0 <= self.epsilon <= 1.0, f"{KEY}.epsilon", f"must be in [0, 1], got {self.epsilon!r}"
@@ -144,6 +160,23 @@ class Demonstrator:
             self._laps[key] = reference_lap(track, self.vehicle)
         return self._laps[key]
 
+    def _target(self, track, pace: float) -> tuple[Any, float]:
+        """(the lap whose speed profile the driver follows, the share of it): the reference
+        lap and the pace; with profile `grip`, the lap at pace times the grip (computed once
+        per map and pace to 0.01) and all of it."""
+        lap = self._lap(track)
+        if self.cfg.profile == "share":
+            return lap, pace
+        from dataclasses import replace
+
+        from trackmind.sim.reference import grip_profile
+
+        key = (track.fingerprint(), round(float(pace), 2))
+        if key not in self._laps:
+            speed = grip_profile(lap.line, self.vehicle, min(key[1], 1.0))
+            self._laps[key] = replace(lap, speed=speed)
+        return self._laps[key], 1.0
+
     def drive(
         self,
         car: CarState,
@@ -164,16 +197,9 @@ class Demonstrator:
         actions, was_greedy = actions.copy(), was_greedy.copy()
         for c in cars:
             track = tracks[c]
+            lap, share = self._target(track, self.pace[c])
             a, _ = pursuit_action(
-                track,
-                self._lap(track),
-                self.vehicle,
-                car,
-                c,
-                self.steer[c],
-                dt,
-                self.pace[c],
-                LOOKAHEAD_S,
+                track, lap, self.vehicle, car, c, self.steer[c], dt, share, LOOKAHEAD_S
             )
             if self.rng.random() < self.cfg.epsilon:
                 a = int(self.rng.integers(N_ACTIONS))

@@ -12,10 +12,12 @@ that a cycle of several maps prices each car by the map it races. A run's own
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 from trackmind.env.reward_terms import WallImpactPenalty
+from trackmind.sim.maps import expand_seed_range
 
 if TYPE_CHECKING:
     from trackmind.env.map_cycle import CycleEntry
@@ -38,3 +40,15 @@ def price_walls_by_map(race: VecRace, entries: Sequence[CycleEntry]) -> bool:
     term.price_maps(prices)
     race.reward.add(term)
     return True
+
+
+def priced_as_recorded(entries: Sequence[CycleEntry], rows: Any) -> list[CycleEntry]:
+    """`entries` with the wall prices a run's own cycle rows (`map.cycle` as a checkpoint
+    recorded it) gave their maps, matched by name: a checkpoint raced again on a map named
+    alone (value_audit's returns, evaluation) pays what it learned to pay there."""
+    prices: dict[str, float] = {}
+    for row in [rows] if isinstance(rows, (str, Mapping)) else list(rows or []):
+        if isinstance(row, Mapping) and row.get("wall_price") is not None:
+            for name in expand_seed_range(str(row["map"])):
+                prices[name] = float(row["wall_price"])
+    return [replace(e, wall_price=prices.get(e.name, e.wall_price)) for e in entries]

@@ -13,7 +13,7 @@ import hashlib
 import json
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -168,6 +168,18 @@ def _car_profile(line: np.ndarray, p: VehicleParams, v_start: float, v_max: floa
 
     ds = np.linalg.norm(np.diff(line, axis=0), axis=1)
     return velocity_profile(curvature(line), ds, p.lateral_accel_max, accel, brake, v_start, v_max)
+
+
+def grip_profile(line: np.ndarray, vehicle: VehicleParams, grip: float) -> np.ndarray:
+    """Limit speeds (N,) along `line` for the car with `grip` times its tyre grip: a corner of
+    radius r is taken at sqrt(grip) times its limit speed, a straight at full throttle, and
+    each brake starts as late as that grip allows. What a driver who keeps a margin in the
+    corners alone would aim at, where a share of the whole profile also lifts on the
+    straights."""
+    if not 0.0 < grip <= 1.0:
+        raise ValueError(f"grip is a share of the tyre grip: must be in (0, 1], got {grip}")
+    low = replace(vehicle, mu=vehicle.mu * grip)
+    return _car_profile(np.asarray(line, dtype=np.float64), low, 0.0, vehicle.max_speed)
 
 
 def flying_profile(
