@@ -378,6 +378,19 @@ def test_long_line_recipe_trains_without_the_distance_to_finish_input():
     assert plan.cfg["env"]["observation"]["terms"]["floats"]["group"]["distance_to_finish"] is None
 
 
+def test_technical_recipe_is_the_measured_runs_config():
+    """experiment=technical is map=technical with the learning rate its three runs were
+    measured with (docs/learning.md), nothing else."""
+    from omegaconf import OmegaConf
+
+    measured = "learner.lr.points=[[0,1.0e-3],[300000,3.0e-4],[3000000,5.0e-5]]"
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+        recipe = OmegaConf.to_container(compose("train", ["experiment=technical"]))
+        runs = OmegaConf.to_container(compose("train", ["map=technical", measured]))
+    assert recipe == runs
+    assert recipe["map"]["cycle"][0]["wall_price"] == -0.035
+
+
 def test_csv_logger_run_ends_cleanly(tmp_path):
     args = [
         a for a in _args(tmp_path, "logger=csv", "trainer.max_steps=5") if "tracking_uri" not in a
