@@ -270,6 +270,21 @@ def _untrained_agent(tmp_path: Path) -> Path:
     return agent
 
 
+def _notes_table_of(script, tmp_path: Path, map_name: str) -> dict:
+    """The table a notes-table script (wall_contacts, lap_sections) writes for an untrained
+    agent on one map, after checking that it exited 0 and named its own command line."""
+    import json
+
+    agent = _untrained_agent(tmp_path)
+    notes = tmp_path / "notes.json"
+    args = [str(agent), "--map", map_name, "--labels", "untrained", "--json", str(notes)]
+    assert script.main(args) == 0
+    table = json.loads(notes.read_text())
+    name = Path(script.__file__).stem
+    assert table["source"] == f"python scripts/{name}.py " + " ".join(args)
+    return table
+
+
 def test_evaluate_races_every_loadable_map_and_names_the_others(tmp_path, capsys):
     """scripts/evaluate.py: bad maps do not stop the good ones; one line each, exit 2."""
     import evaluate as script
@@ -488,16 +503,9 @@ def test_the_target_network_takes_its_own_quantile_count():
 
 def test_wall_contacts_drives_a_checkpoint_and_writes_its_notes_table(tmp_path, capsys):
     """scripts/wall_contacts.py: one greedy race per checkpoint, a row each, in the table."""
-    import json
-
     import wall_contacts as script
 
-    agent = _untrained_agent(tmp_path)
-    notes = tmp_path / "walls.json"
-    args = [str(agent), "--map", "starter", "--labels", "untrained", "--json", str(notes)]
-    assert script.main(args) == 0
-    table = json.loads(notes.read_text())
-    assert table["source"] == "python scripts/wall_contacts.py " + " ".join(args)
+    table = _notes_table_of(script, tmp_path, "starter")
     (row,) = table["rows"]
     assert len(row) == len(table["columns"]) == 4
     assert row[0] == "untrained"

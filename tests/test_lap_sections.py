@@ -1,6 +1,5 @@
 """scripts/lap_sections.py: where a race loses its time to the reference, checked by hand."""
 
-import json
 import math
 
 import numpy as np
@@ -12,7 +11,7 @@ from lap_sections import (
     sections,
     span_speeds,
 )
-from test_acting import _untrained_agent
+from test_acting import _notes_table_of
 
 
 def test_reference_clock_takes_each_step_at_its_mean_speed():
@@ -63,12 +62,7 @@ def test_sections_run_from_the_start_through_each_zone_to_the_finish():
 def test_lap_sections_races_a_checkpoint_and_writes_its_notes_table(tmp_path, capsys):
     import lap_sections as script
 
-    agent = _untrained_agent(tmp_path)
-    notes = tmp_path / "sections.json"
-    args = [str(agent), "--map", "technical", "--labels", "untrained", "--json", str(notes)]
-    assert script.main(args) == 0
-    table = json.loads(notes.read_text())
-    assert table["source"] == "python scripts/lap_sections.py " + " ".join(args)
+    table = _notes_table_of(script, tmp_path, "technical")
     assert len(table["columns"]) == 3 and table["columns"][2].startswith("untrained (")
     assert table["columns"][2].endswith("throttle/coast/brake steps")
     *zones, lap = table["rows"]
