@@ -173,7 +173,7 @@ class Demonstrator:
 
         key = (track.fingerprint(), round(float(pace), 2))
         if key not in self._laps:
-            speed = grip_profile(lap.line, self.vehicle, min(key[1], 1.0))
+            speed = grip_profile(lap.line, self.vehicle, key[1])  # pace <= 1: DemosConfig
             self._laps[key] = replace(lap, speed=speed)
         return self._laps[key], 1.0
 
