@@ -288,9 +288,15 @@ def rebased_tag(tag: str, was: dict[str, str], now: dict[str, str]) -> str:
     under, `was`, with its overrides on top) less what the defaults are `now`. The old
     defaults a row kept come first, then its own overrides that still differ; `seed=` stays
     last, so the seeds of one lever still group."""
-    own = override_pairs(tag.split(), "overrides")
-    kept = [f"{k}={v}" for k, v in was.items() if k not in own and v != now[k]]
-    kept += [f"{k}={v}" for k, v in own.items() if now.get(k) != v]
+    tokens = tag.split()
+    # Hydra's deletions (`~key`, `~key=value`) stay as they ran; a deleted key gains no default
+    deleted = {t[1:].partition("=")[0] for t in tokens if t.startswith("~")}
+    own = override_pairs([t for t in tokens if not t.startswith("~")], "overrides")
+    kept = [f"{k}={v}" for k, v in was.items() if k not in {*own, *deleted} and v != now[k]]
+    for t in tokens:
+        key, _, value = t.partition("=")
+        if t.startswith("~") or now.get(key) != value:
+            kept.append(t)
     seeds = [t for t in kept if t.startswith("seed=")]
     return " ".join([t for t in kept if not t.startswith("seed=")] + seeds)
 

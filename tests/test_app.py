@@ -368,7 +368,8 @@ def test_every_group_option_composes_and_plans(group):
 
 
 def test_long_line_recipe_trains_without_the_distance_to_finish_input():
-    """experiment=long_line: grandprix_long on 183 floats, the network sized to them."""
+    """experiment=long_line: grandprix_long on 183 floats, the network sized to them, with the
+    learning rate its runs were measured with (the defaults' until 2026-12-06)."""
     from trackmind.training.factory import plan_run
 
     with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
@@ -376,6 +377,7 @@ def test_long_line_recipe_trains_without_the_distance_to_finish_input():
     assert [e.name for e in plan.cycle.entries] == ["maps/grandprix_long.csv"]
     assert plan.float_dim == 183 == plan.float_mean.shape[0]
     assert plan.cfg["env"]["observation"]["terms"]["floats"]["group"]["distance_to_finish"] is None
+    assert plan.cfg["learner"]["lr"]["points"] == [[0, 1e-3], [300000, 3e-4], [1500000, 3e-5]]
 
 
 def test_technical_recipe_is_the_measured_runs_config():

@@ -360,6 +360,11 @@ def test_bench_learning_rebase_for_new_defaults_by_hand():
         "learner.target_tau=0.02 trainer.torch_threads=2": (
             "learner.target_tau=0.02 trainer.torch_threads=2"
         ),
+        # Hydra's deletions stay as they ran, and a deleted key gains no old default
+        "~env.observation.x seed=1": (
+            "trainer.torch_threads=2 learner.target_tau=0.02 ~env.observation.x seed=1"
+        ),
+        "~learner.target_tau trainer.torch_threads=1": "~learner.target_tau",
     }
     for tag, want in cases.items():
         assert bench.rebased_tag(tag, was, now) == want, tag
