@@ -125,3 +125,15 @@ def test_axle_friction_of_the_bound_script_by_hand():
     assert fx == pytest.approx(12.0, abs=1e-6)  # the inverse of the line above
     assert rb.longitudinal_budget(5.0, 4.0, 10.0, 8.0) == 4.0  # grip to spare: the limit
     assert rb.longitudinal_budget(19.0, 4.0, 10.0, 8.0) == 0.0  # no grip left to brake
+
+
+def test_every_relaxation_at_once_is_the_lowest_time():
+    """scripts/reference_bounds.py's `all` column relaxes every assumption together, so it is
+    at or under each single relaxation, and under the reference itself."""
+    from test_scripts import load_script
+
+    rb = load_script("reference_bounds")
+    r = rb.relaxations(builtin_map("starter"))
+    singles = ["margin_0", "drag_outside_grip", "shorter_line", "axle_grip", "axle_and_yaw"]
+    assert r["all"] < 1.0
+    assert all(r["all"] <= r[k] + 1e-9 for k in singles), r
