@@ -43,6 +43,14 @@ from trackmind.sim.track import Track, curvature
 from trackmind.sim.vehicle import G, VehicleParams, drive_accel, resistance_accel
 
 BLENDS = (1e-4, 1e-3, 3e-3, 1e-2, 3e-2)  # weights of the length term tried for `shorter line`
+COLUMNS = {  # the table's column for each relaxation's key
+    "margin 0": "margin_0",
+    "drag outside grip": "drag_outside_grip",
+    "shorter line": "shorter_line",
+    "axle grip": "axle_grip",
+    "axle + yaw": "axle_and_yaw",
+    "all": "all",
+}
 
 
 def axle_grips(p: VehicleParams) -> tuple[float, float]:
@@ -152,10 +160,13 @@ def relaxations(track: Track, p: VehicleParams | None = None) -> dict[str, float
     shorter = min(
         lap_time(racing_line(track, p, 0.1, b), p, circle_budget, circle, True) for b in BLENDS
     )
+    yaw = lap_time(line, p, axle_budget, front + rear, False)
     every = min(
-        lap_time(racing_line(track, p, m, b), p, axle_budget, front + rear, False)
-        for m in (0.0, 0.1)
-        for b in (0.0, *BLENDS)
+        yaw,
+        *(
+            lap_time(racing_line(track, p, m, b), p, axle_budget, front + rear, False)
+            for m, b in [(0.0, 0.0), *((m, b) for m in (0.0, 0.1) for b in BLENDS)]
+        ),
     )
     return {
         "reference_s": base,
@@ -164,7 +175,7 @@ def relaxations(track: Track, p: VehicleParams | None = None) -> dict[str, float
         "drag_outside_grip": lap_time(line, p, circle_budget, circle, False) / base,
         "shorter_line": shorter / base,
         "axle_grip": lap_time(line, p, axle_budget, circle, False) / base,
-        "axle_and_yaw": lap_time(line, p, axle_budget, front + rear, False) / base,
+        "axle_and_yaw": yaw / base,
         "all": every / base,
     }
 
@@ -180,32 +191,9 @@ def main(argv: list[str] | None = None) -> int:
         rows.append({"map": name, **{k: round(v, 4) for k, v in r.items()}})
         print(" ".join(f"{k}={v}" for k, v in rows[-1].items()), flush=True)
     if args.json:
-        columns = [
-            "map",
-            "reference",
-            "margin 0",
-            "drag outside grip",
-            "shorter line",
-            "axle grip",
-            "axle + yaw",
-            "all",
-        ]
+        columns = ["map", "reference", *COLUMNS]
         table = [
-            [
-                r["map"],
-                f"{r['reference_s']:.2f} s",
-                *(
-                    f"{r[k]:.3f}"
-                    for k in (
-                        "margin_0",
-                        "drag_outside_grip",
-                        "shorter_line",
-                        "axle_grip",
-                        "axle_and_yaw",
-                        "all",
-                    )
-                ),
-            ]
+            [r["map"], f"{r['reference_s']:.2f} s", *(f"{r[k]:.3f}" for k in COLUMNS.values())]
             for r in rows
         ]
         result = {
