@@ -10,7 +10,8 @@ No table in docs/ is kept by hand. A page holds a generated table between
   (docs/results/config-groups.json);
 - a file docs/results/NAME.json: `scripts/drive.py --json` output (a map table),
   `trackmind-evaluate --json` output (greedy races of a checkpoint),
-  `{"checkpoints": {label: NAME}}` (several such outputs side by side), a
+  `{"checkpoints": {label: NAME}}` (several such outputs side by side),
+  `{"seeds": {seed: {label: NAME}}}` (one recipe's checkpoints over its seeds, summed up), a
   `scripts/bench_learning.py --results` file of short screening runs (a lever table, each
   lever's seeds side by side), `{"pairs": [[arm run, control run], ...]}` (an arm beside
   its same-day control, seed by seed, drawn from docs/bench_learning.json), or
@@ -109,6 +110,48 @@ def checkpoints_table(data: dict) -> str:
             counts.append(f"**{sum(r['best_s'] is not None for r in mine)} of {len(mine)}**")
         rows.append([f"finished, {kind} maps", *counts])
     return markdown_table(["map", *results], rows)
+
+
+def seeds_table(data: dict) -> str:
+    """One recipe over several seeds (`{"seeds": {seed: {label: NAME}}, "exclude": [names],
+    "generated": [maps]}`): per seed and checkpoint, the imported maps finished (less the
+    excluded map files), their median ratio, where each other race stopped, and the listed
+    generated maps finished; a last row of the medians over the seeds. The figure an issue
+    asks of a recipe, drawn from the same files as each seed's own table."""
+    exclude, generated = set(data.get("exclude", [])), data.get("generated", [])
+    labels = list(dict.fromkeys(label for by_label in data["seeds"].values() for label in by_label))
+    shown = ["circuits finished", "median ratio", "stops"] + ["generated"] * bool(generated)
+    rows, sums = [], {label: ([], [], []) for label in labels}
+    for seed, by_label in data["seeds"].items():
+        row = [seed]
+        for label in labels:
+            if label not in by_label:
+                row += ["-"] * len(shown)
+                continue
+            maps = json.loads((RESULTS / f"{by_label[label]}.json").read_text())["maps"]
+            real = [r for r in maps if ":" not in r["map"] and Path(r["map"]).name not in exclude]
+            done = [r["ratio"] for r in real if r["best_s"] is not None]
+            stops = [
+                f"{Path(r['map']).stem} {r['progress']:.0%}" for r in real if r["best_s"] is None
+            ]
+            gen = [r for r in maps if r["map"] in generated]
+            gen_done = sum(r["best_s"] is not None for r in gen)
+            median = statistics.median(done) if done else None
+            for kept, value in zip(sums[label], (len(done), median, gen_done)):
+                if value is not None:
+                    kept.append(value)
+            row += [f"{len(done)} of {len(real)}", "-" if median is None else f"{median:.3f}"]
+            row += [", ".join(stops) or "none"]
+            row += [f"{gen_done} of {len(gen)}"] * bool(generated)
+        rows.append(row)
+    last = ["median"]
+    for label in labels:
+        done, medians, gen_done = (statistics.median(v) if v else None for v in sums[label])
+        last += ["-" if done is None else f"{done:g}", "-" if medians is None else f"{medians:.3f}"]
+        last += [""] + (["-" if gen_done is None else f"{gen_done:g}"] if generated else [])
+    rows.append(last)
+    columns = ["seed", *(f"{label}: {c}" for label in labels for c in shown)]
+    return markdown_table(columns, rows)
 
 
 def config_groups_table() -> str:
@@ -307,6 +350,8 @@ def render(name: str) -> str:
         return evaluation_table(data)
     if "checkpoints" in data:
         return checkpoints_table(data)
+    if "seeds" in data:
+        return seeds_table(data)
     if "maps" in data:
         return drive_table(data)
     if is_screen(data):

@@ -240,3 +240,33 @@ def test_pairs_table_shows_the_value_drift_when_asked():
         "| hairpins | median | **90%** | 3.0 min | 1.100 | +7.45 |  | **90%** | 3.0 min | 1.100 "
         "| - |  |"
     )
+
+
+def test_seeds_table_by_hand(tmp_path, monkeypatch):
+    """A recipe over seeds: circuits finished (an excluded file and generated maps apart), their
+    median ratio, the stops, the listed generated maps, and the medians over the seeds."""
+    docs = load_script("make_docs")
+    monkeypatch.setattr(docs, "RESULTS", tmp_path)
+
+    def race(name, ratio=None, progress=1.0):
+        done = ratio is not None
+        best = 100.0 * ratio if done else None
+        return {"map": name, "best_s": best, "ratio": ratio, "progress": progress}
+
+    runs = {
+        "a3": [race("db/A.csv", 1.1), race("db/B.csv", 1.3), race("maps/circuit.csv", None, 0.2)],
+        "a4": [race("db/A.csv", None, 0.31), race("db/B.csv", 1.2), race("procedural:6", 1.0)],
+        "b3": [race("db/A.csv", None, 0.5), race("db/B.csv", None, 0.9)],
+    }
+    for name, maps in runs.items():
+        (tmp_path / f"{name}.json").write_text(docs.json.dumps({"checkpoint": name, "maps": maps}))
+    data = {
+        "seeds": {"3": {"a": "a3", "b": "b3"}, "4": {"a": "a4"}},
+        "exclude": ["circuit.csv"],
+        "generated": ["procedural:6"],
+    }
+    lines = docs.seeds_table(data).splitlines()
+    assert lines[0].startswith("| seed | a: circuits finished | a: median ratio | a: stops |")
+    assert lines[2] == "| 3 | 2 of 2 | 1.200 | none | 0 of 0 | 0 of 2 | - | A 50%, B 90% | 0 of 0 |"
+    assert lines[3] == "| 4 | 1 of 2 | 1.200 | A 31% | 1 of 1 | - | - | - | - |"
+    assert lines[4] == "| median | 1.5 | 1.200 |  | 0.5 | 0 | - |  | 0 |"
