@@ -87,14 +87,16 @@ def evaluation_table(result: dict) -> str:
     return markdown_table(columns, rows)
 
 
+def races(name: str) -> list[dict]:
+    """The maps of a `trackmind-evaluate --json` result file under docs/results."""
+    return json.loads((RESULTS / f"{name}.json").read_text())["maps"]
+
+
 def checkpoints_table(data: dict) -> str:
     """Several checkpoints raced on the same maps (`{"checkpoints": {label: evaluation result
     file under docs/results}}`): a column per checkpoint, its ratio or where its race ended,
     and the count each finished of the maps of each kind (generated, imported)."""
-    results = {
-        label: {r["map"]: r for r in json.loads((RESULTS / f"{f}.json").read_text())["maps"]}
-        for label, f in data["checkpoints"].items()
-    }
+    results = {label: {r["map"]: r for r in races(f)} for label, f in data["checkpoints"].items()}
     maps = list(dict.fromkeys(m for by_map in results.values() for m in by_map))
 
     def cell(r: dict | None) -> str:
@@ -121,14 +123,15 @@ def seeds_table(data: dict) -> str:
     exclude, generated = set(data.get("exclude", [])), data.get("generated", [])
     labels = list(dict.fromkeys(label for by_label in data["seeds"].values() for label in by_label))
     shown = ["circuits finished", "median ratio", "stops"] + ["generated"] * bool(generated)
-    rows, sums = [], {label: ([], [], []) for label in labels}
+    counts, medians, gen_counts = ({label: [] for label in labels} for _ in range(3))
+    rows = []
     for seed, by_label in data["seeds"].items():
         row = [seed]
         for label in labels:
             if label not in by_label:
                 row += ["-"] * len(shown)
                 continue
-            maps = json.loads((RESULTS / f"{by_label[label]}.json").read_text())["maps"]
+            maps = races(by_label[label])
             real = [r for r in maps if ":" not in r["map"] and Path(r["map"]).name not in exclude]
             done = [r["ratio"] for r in real if r["best_s"] is not None]
             stops = [
@@ -137,18 +140,21 @@ def seeds_table(data: dict) -> str:
             gen = [r for r in maps if r["map"] in generated]
             gen_done = sum(r["best_s"] is not None for r in gen)
             median = statistics.median(done) if done else None
-            for kept, value in zip(sums[label], (len(done), median, gen_done)):
-                if value is not None:
-                    kept.append(value)
+            counts[label].append(len(done))
+            gen_counts[label].append(gen_done)
+            if median is not None:
+                medians[label].append(median)
             row += [f"{len(done)} of {len(real)}", "-" if median is None else f"{median:.3f}"]
             row += [", ".join(stops) or "none"]
             row += [f"{gen_done} of {len(gen)}"] * bool(generated)
         rows.append(row)
     last = ["median"]
     for label in labels:
-        done, medians, gen_done = (statistics.median(v) if v else None for v in sums[label])
-        last += ["-" if done is None else f"{done:g}", "-" if medians is None else f"{medians:.3f}"]
-        last += [""] + (["-" if gen_done is None else f"{gen_done:g}"] if generated else [])
+        median = statistics.median(medians[label]) if medians[label] else None
+        last += [f"{statistics.median(counts[label]):g}" if counts[label] else "-"]
+        last += ["-" if median is None else f"{median:.3f}", ""]
+        if generated:
+            last += [f"{statistics.median(gen_counts[label]):g}" if gen_counts[label] else "-"]
     rows.append(last)
     columns = ["seed", *(f"{label}: {c}" for label in labels for c in shown)]
     return markdown_table(columns, rows)
